@@ -1,0 +1,296 @@
+"""The agent loop: When2Tool's protocol (SPEC §5) with toolwise's three hook points, run for many
+tasks at once.
+
+Episodes advance in lock-step rounds: every round, each episode still running contributes one prompt
+and all of them are generated as one batch; finished episodes are replaced from the queue so the batch
+stays full (``max_in_flight``). Tools run through the environment's ``call`` pipeline, which never
+raises, and model-written code never runs in this process.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Iterable, Sequence
+
+from ..backends.base import Backend, SamplingParams
+from ..environments import make_environment
+from ..environments.base import serialize
+from ..scoring import extract_boxed, is_correct, token_cost
+from ..tasks.schema import Task
+from . import prompts as P
+from .hooks import EpisodeView, Hooks, PromptState
+from .parsing import has_boxed, parse_tool_call, reasoning_present
+from .trajectory import SCHEMA_VERSION, error_kind
+
+CONTEXT_EXCEEDED = "[CONTEXT_LENGTH_EXCEEDED]"
+
+
+@dataclass
+class AgentConfig:
+    mode: str = "default"              # force | default | necessary | sparse | no_tool | hard_no_tool
+    reasoning: bool = False            # Reason-then-Act
+    call_format: str = "auto"          # xml | native | auto (native iff the model id contains "llama", SPEC §5.1)
+    max_rounds: int = 10
+    max_new_tokens: int = 256
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int = 0
+    max_in_flight: int = 32
+    max_continues: int = 1             # on_answer "continue" decisions allowed per episode
+    verify_rounds: int = 2             # extra rounds granted by each continue
+    max_context: int | None = None     # default: min(model positions, 32768)
+    logprobs: bool = True              # keep per-token log-probs of generated text (G-STEP features)
+
+    def __post_init__(self):
+        self.mode = P.canonical_mode(self.mode)
+        if self.call_format not in P.CALL_FORMATS + ("auto",):
+            raise ValueError(f"call_format must be one of {P.CALL_FORMATS + ('auto',)}, got {self.call_format!r}")
+
+
+@dataclass
+class _Episode:
+    task: Task
+    index: int
+    env: object
+    tools: list[dict]
+    messages: list[dict]
+    rounds_budget: int
+    round: int = 0
+    after_tool: bool = False
+    prefilled: bool = False
+    prefill_text: str = ""
+    verifying: bool = False
+    continues: int = 0
+    pending_answer: str | None = None      # last answer sent back for verification
+    final_response: str = ""
+    ended: str | None = None
+    turns: list[dict] = field(default_factory=list)
+    calls: list[dict] = field(default_factory=list)
+    decisions: list[dict] = field(default_factory=list)
+    executed: set = field(default_factory=set)
+    counts: dict = field(default_factory=lambda: {"tool_calls": 0, "skipped_calls": 0, "rejected_calls": 0,
+                                                  "malformed_calls": 0, "format_errors": 0})
+    generation_tokens: int = 0              # When2Tool token_cost terms (SPEC §6)
+    appended_tokens: int = 0
+
+    def view(self, mode: str) -> EpisodeView:
+        return EpisodeView(self.task, self.messages, self.turns, self.calls, self.round, mode)
+
+
+class Agent:
+    def __init__(self, backend: Backend, config: AgentConfig | None = None, hooks: Hooks | None = None):
+        self.backend = backend
+        self.cfg = config or AgentConfig()
+        self.hooks = hooks or Hooks()
+        fmt = self.cfg.call_format
+        self.call_format = ("native" if "llama" in backend.model_id.lower() else "xml") if fmt == "auto" else fmt
+        positions = getattr(getattr(backend, "config", None), "max_position_embeddings", 32768) or 32768
+        self.max_context = self.cfg.max_context or min(int(positions), 32768)
+
+    # ------------------------------------------------------------------ public
+    def run(self, tasks: Sequence[Task], on_done: Callable[[dict], None] | None = None) -> list[dict]:
+        """Run every task to completion; returns trajectory records in task order."""
+        queue = list(enumerate(tasks))[::-1]
+        active: list[_Episode] = []
+        out: list[dict | None] = [None] * len(tasks)
+        step = 0
+        while queue or active:
+            while queue and len(active) < self.cfg.max_in_flight:
+                i, task = queue.pop()
+                active.append(self._start(task, i))
+            self._round(active, step)
+            step += 1
+            still = []
+            for ep in active:
+                if ep.ended is None:
+                    still.append(ep)
+                    continue
+                rec = self._record(ep)
+                out[ep.index] = rec
+                if on_done:
+                    on_done(rec)
+            active = still
+        return out  # type: ignore[return-value]
+
+    # ------------------------------------------------------------------ episode set-up
+    def _start(self, task: Task, index: int) -> _Episode:
+        env = make_environment(task.env)
+        messages = [{"role": "system", "content": P.system_prompt(self.call_format)}]
+        if task.env.name == "ListManipulationEnv":
+            messages.append({"role": "system", "content": P.LIST_FORMAT_CONTRACT})
+        messages.append({"role": "user", "content": P.user_prompt(task.instruction, self.cfg.mode, self.cfg.reasoning)})
+        return _Episode(task=task, index=index, env=env, tools=env.tool_specs(), messages=messages,
+                        rounds_budget=self.cfg.max_rounds)
+
+    def _render(self, ep: _Episode) -> str:
+        msgs = ep.messages
+        # Templates that allow one system message: merge the format contract into the first one.
+        if len(msgs) > 1 and msgs[1]["role"] == "system":
+            msgs = [{"role": "system", "content": msgs[0]["content"] + "\n\n" + msgs[1]["content"]}] + msgs[2:]
+        return self.backend.render(msgs, ep.tools)
+
+    # ------------------------------------------------------------------ one round for all active episodes
+    def _round(self, active: list[_Episode], step: int) -> None:
+        cfg = self.cfg
+        params = SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
+                                stop=("</tool_call>",), seed=cfg.seed + step if cfg.temperature > 0 else None)
+        probe_eps, plain_eps, probe_prompts, plain_prompts = [], [], [], []
+        for ep in active:
+            prompt = self._render(ep)
+            if self.backend.count_tokens(prompt) + cfg.max_new_tokens > self.max_context:
+                ep.final_response, ep.ended = CONTEXT_EXCEEDED, "context_length"
+                continue
+            if ep.round == 0 and self.hooks.hidden_layers is not None:
+                probe_eps.append(ep); probe_prompts.append(prompt)
+            else:
+                prefill = self._pre_generation(ep, prompt, None) if ep.round == 0 else ""
+                plain_eps.append(ep); plain_prompts.append(prompt + prefill)
+        if probe_eps:
+            t0 = time.perf_counter()
+            state = self.backend.prefill(probe_prompts, self.hooks.hidden_layers)
+            full = [p + self._pre_generation(ep, p, state.hidden[k], state.layers)
+                    for k, (ep, p) in enumerate(zip(probe_eps, probe_prompts))]
+            gens = self.backend.generate(full, params, prefill_state=state, return_logprobs=cfg.logprobs)
+            self._apply(probe_eps, full, gens, time.perf_counter() - t0)
+        if plain_eps:
+            t0 = time.perf_counter()
+            gens = self.backend.generate(plain_prompts, params, return_logprobs=cfg.logprobs)
+            self._apply(plain_eps, plain_prompts, gens, time.perf_counter() - t0)
+
+    def _pre_generation(self, ep: _Episode, prompt: str, hidden, layers=None) -> str:
+        prefill = self.hooks.pre_generation(ep.task, PromptState(prompt, list(ep.messages), hidden, layers))
+        ep.decisions.append({"hook": "pre_generation", "round": 0, "decision": prefill})
+        ep.prefill_text = prefill or ""
+        ep.prefilled = bool(prefill)
+        return ep.prefill_text
+
+    def _apply(self, eps: list[_Episode], prompts: list[str], gens, wall_s: float) -> None:
+        for ep, prompt, gen in zip(eps, prompts, gens):
+            prefill_text = ep.prefill_text if ep.round == 0 else ""
+            raw = prefill_text + gen.text
+            prev_ctx = ep.turns[-1]["context_len"] + ep.turns[-1]["decode_tokens"] if ep.turns else 0
+            lps = gen.logprobs or []
+            ep.turns.append({
+                "round": ep.round, "text": raw, "prefill_text": prefill_text,
+                "prefill_tokens": gen.prompt_tokens,                       # whole context, re-prefilled (full eviction)
+                "new_tokens": max(gen.prompt_tokens - prev_ctx, 0),        # context not seen last turn (cache-reuse PTE)
+                "context_len": gen.prompt_tokens, "decode_tokens": gen.decode_tokens,
+                "finish_reason": gen.finish_reason, "wall_s": round(wall_s, 4),
+                "logprobs": [round(x, 4) for x in lps] if self.cfg.logprobs else None,
+            })
+            ep.generation_tokens += self.backend.count_tokens(raw)
+            self._step(ep, raw)
+            ep.round += 1
+            if ep.ended is None and ep.round >= ep.rounds_budget:
+                ep.ended = "max_rounds"
+                # A verification round that never re-answered keeps the answer it was verifying.
+                ep.final_response = ep.pending_answer or ""
+
+    # ------------------------------------------------------------------ the state machine (SPEC §5.4)
+    def _say(self, ep: _Episode, raw: str, *replies: dict) -> None:
+        ep.messages.append({"role": "assistant", "content": raw})
+        for r in replies:
+            ep.messages.append(r)
+            ep.appended_tokens += self.backend.count_tokens(r["content"])
+
+    def _user(self, text: str) -> dict:
+        return {"role": "user", "content": text}
+
+    def _step(self, ep: _Episode, raw: str) -> None:
+        cfg, c = self.cfg, ep.counts
+        lenient = ep.prefilled or ep.verifying       # SPEC: prefilled episodes skip reasoning checks
+        call = parse_tool_call(raw)
+        if call is not None:
+            ep.turns[-1]["kind"] = "call"
+            rec = {"round": ep.round, "name": call.name, "args": call.arguments}
+            if cfg.mode == "hard_no_tool":
+                c["rejected_calls"] += 1
+                ep.calls.append({**rec, "status": "rejected", "reason": "hard_no_tool"})
+                return self._say(ep, raw, self._user(P.TOOLS_UNAVAILABLE))
+            if not ep.after_tool and not lenient:
+                has_reason = reasoning_present(raw, kind="call")
+                if cfg.reasoning and not has_reason:
+                    return self._reject_call(ep, raw, rec, P.MISSING_REASONING_CALL)
+                if not cfg.reasoning and has_reason:
+                    return self._reject_call(ep, raw, rec, P.NO_REASONING_CALL)
+            signature = serialize({"name": call.name, "arguments": call.arguments})
+            if ep.verifying and signature in ep.executed:
+                # Verification that repeats an executed call makes no progress: keep the verified answer.
+                ep.decisions.append({"hook": "on_answer", "round": ep.round, "decision": "stop_duplicate_call"})
+                ep.messages.append({"role": "assistant", "content": raw})
+                ep.final_response, ep.ended = ep.pending_answer or "", "duplicate_call"
+                return
+            decision = self.hooks.pre_call(ep.view(cfg.mode), call)
+            ep.decisions.append({"hook": "pre_call", "round": ep.round, "call": call.name, "decision": decision})
+            if decision == "skip":
+                payload, status = dict(P.SKIPPED_CALL_RESULT), "skipped"
+                c["skipped_calls"] += 1
+            else:
+                payload, status = ep.env.call(call.name, call.arguments), "executed"
+                c["tool_calls"] += 1
+                ep.executed.add(signature)
+            ep.calls.append({**rec, "status": status, "result": payload, "ok": payload.get("success") is not False,
+                             "error_kind": error_kind(payload)})
+            ep.after_tool = True
+            return self._say(ep, raw, P.tool_response_message(serialize(payload), self.call_format))
+
+        if has_boxed(raw):
+            ep.turns[-1]["kind"] = "answer"
+            if not (ep.after_tool or lenient):
+                has_reason = reasoning_present(raw, kind="answer")
+                if cfg.reasoning and not has_reason:
+                    return self._reject_answer(ep, raw, P.MISSING_REASONING_ANSWER)
+                if not cfg.reasoning and has_reason:
+                    return self._reject_answer(ep, raw, P.NO_REASONING_ANSWER)
+            return self._answer(ep, raw)
+
+        ep.turns[-1]["kind"] = "content"
+        if "<tool_call>" in raw or '"name"' in raw:
+            c["malformed_calls"] += 1     # an attempted call the lenient parser could not read
+        c["format_errors"] += 1
+        ep.after_tool = False
+        self._say(ep, raw, self._user(P.continue_prompt(cfg.mode, cfg.reasoning)))
+
+    def _reject_call(self, ep: _Episode, raw: str, rec: dict, message: str) -> None:
+        ep.counts["rejected_calls"] += 1
+        ep.counts["format_errors"] += 1
+        ep.calls.append({**rec, "status": "rejected", "reason": message})
+        self._say(ep, raw, self._user(message))
+
+    def _reject_answer(self, ep: _Episode, raw: str, message: str) -> None:
+        ep.counts["format_errors"] += 1
+        self._say(ep, raw, self._user(message))
+
+    def _answer(self, ep: _Episode, raw: str) -> None:
+        if ep.verifying and extract_boxed(raw) == extract_boxed(ep.pending_answer or ""):
+            ep.decisions.append({"hook": "on_answer", "round": ep.round, "decision": "stop_no_progress"})
+        elif ep.continues < self.cfg.max_continues:
+            decision = self.hooks.on_answer(ep.view(self.cfg.mode), raw)
+            ep.decisions.append({"hook": "on_answer", "round": ep.round, "decision": decision})
+            if decision == "continue":
+                ep.continues += 1
+                ep.verifying, ep.pending_answer = True, raw
+                ep.rounds_budget += self.cfg.verify_rounds
+                ep.after_tool = False
+                return self._say(ep, raw, self._user(P.VERIFY_PROMPT))
+        ep.messages.append({"role": "assistant", "content": raw})
+        ep.final_response, ep.ended = raw, "answer"
+
+    # ------------------------------------------------------------------ output record
+    def _record(self, ep: _Episode) -> dict:
+        t, cfg = ep.task, self.cfg
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "task_id": t.id, "env": t.env.name, "category": t.category, "difficulty": t.difficulty, "split": t.split,
+            "expected_steps": t.expected_steps,
+            "mode": cfg.mode, "reasoning": cfg.reasoning, "call_format": self.call_format,
+            "policy": self.backend.fingerprint,
+            "decoding": {"temperature": cfg.temperature, "top_p": cfg.top_p, "max_new_tokens": cfg.max_new_tokens,
+                         "seed": cfg.seed, "max_rounds": cfg.max_rounds},
+            "messages": ep.messages, "turns": ep.turns, "calls": ep.calls, "decisions": ep.decisions,
+            "final_response": ep.final_response, "answer": extract_boxed(ep.final_response),
+            "gold": t.answer, "correct": is_correct(ep.final_response, t.answer),
+            "rounds": len(ep.turns), "ended": ep.ended, **ep.counts,
+            "generation_tokens": ep.generation_tokens, "appended_prompt_tokens": ep.appended_tokens,
+            "token_cost": token_cost(ep.generation_tokens, ep.appended_tokens),
+        }

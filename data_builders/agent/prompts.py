@@ -1,0 +1,81 @@
+"""Prompt texts of the agent protocol (When2Tool, SPEC §5.2 and §5.4).
+
+The wording is a paraphrase of the When2Tool originals (SPEC says so too); every string lives here so a
+user reproducing the paper exactly can swap this one module's constants.
+"""
+from __future__ import annotations
+
+MODES = ("force", "default", "necessary", "sparse", "no_tool", "hard_no_tool")
+# When2Tool's names for the same modes, accepted as aliases.
+MODE_ALIASES = {"force_tool": "force", "current": "default", "necessary_tool": "necessary", "sparse_tool": "sparse"}
+CALL_FORMATS = ("xml", "native")
+
+
+def canonical_mode(mode: str) -> str:
+    m = MODE_ALIASES.get(mode, mode)
+    if m not in MODES:
+        raise ValueError(f"unknown prompt mode {mode!r}; choose one of {MODES} (or {tuple(MODE_ALIASES)})")
+    return m
+
+
+def system_prompt(call_format: str = "xml") -> str:
+    text = ("You are a helpful assistant that can use tools. Use a tool when it helps, but never make several "
+            "tool calls at once. Tool arguments must match the tool's schema exactly; do not invent wrapper fields. ")
+    if call_format == "xml":
+        text += ("To call a tool, write exactly one <tool_call>...</tool_call> block containing one JSON object "
+                 '{"name": <tool name>, "arguments": {...}}. ')
+    return text + "When you are done, give the final answer in \\boxed{...}."
+
+
+LIST_FORMAT_CONTRACT = (
+    "Format contract for list tools: there is no tool that sets the list, so pass the current list as `values` in "
+    "every call. Use plain (nested) lists, never {\"values\": ...}. Read `current_list` from the latest tool output. "
+    "Do one operation per call. The final answer is one plain list literal inside \\boxed{}, not a LaTeX matrix.")
+
+_POLICY = {
+    "force": "You must use a tool to solve this task.",
+    "default": "You may decide whether to use a tool.",
+    "necessary": "Use tools only when they are necessary.",
+    "sparse": ("Tool calls are expensive, so aim for zero. Try to solve the task directly and finish without tools "
+               "whenever possible."),
+    "no_tool": "Do not use any tools.",
+    "hard_no_tool": "Do not use any tools.",
+}
+_REASONING_LINE = ("First, in a few sentences, decide whether a tool is needed. If the task can be solved directly, "
+                   "solve it without a tool; otherwise use the tool. Then proceed.")
+_FINAL_LINE = "When you are done, give the final answer in \\boxed{...}."
+
+
+def user_prompt(instruction: str, mode: str, reasoning: bool) -> str:
+    lines = ([_REASONING_LINE] if reasoning else []) + [_POLICY[canonical_mode(mode)], _FINAL_LINE]
+    policy = "\n".join(f"{i}. {line}" for i, line in enumerate(lines, 1))
+    return f"{instruction}\n\nResponse policy (required every turn):\n{policy}"
+
+
+# ---- messages appended during an episode (SPEC §5.4); all are user-role messages
+TOOLS_UNAVAILABLE = "Tools are unavailable for this task. Answer directly and put the final answer in \\boxed{}."
+MISSING_REASONING_CALL = "Your tool call lacks reasoning. Write a short reasoning first, then make the tool call."
+NO_REASONING_CALL = "Reasoning is not allowed here. Reply with the tool call only."
+MISSING_REASONING_ANSWER = "Write a short reasoning before the boxed answer."
+NO_REASONING_ANSWER = "Reply with the boxed answer only, without reasoning."
+SKIPPED_CALL_RESULT = {"success": False, "message": "[SKIPPED] This tool call was not executed. "
+                                                    "Continue without it and answer if you can."}
+VERIFY_PROMPT = ("Before you finish, verify your answer. If a tool can check it, call the tool; otherwise re-derive "
+                 "it step by step. Then give the final answer in \\boxed{}.")
+
+
+def continue_prompt(mode: str, reasoning: bool) -> str:
+    text = "Continue."
+    if canonical_mode(mode) == "sparse":
+        text += " Answer now if you can; make at most one high-value tool call only if you are truly blocked."
+    if reasoning:
+        text += " Reply with exactly one of: short reasoning then a valid tool call, or short reasoning then the final answer in \\boxed{}."
+    else:
+        text += " Reply with exactly one of: a valid tool call, or the final answer in \\boxed{}, with no reasoning text."
+    return text
+
+
+def tool_response_message(payload_json: str, call_format: str) -> dict:
+    if call_format == "native":
+        return {"role": "tool", "content": payload_json}
+    return {"role": "user", "content": f"<tool_response>\n{payload_json}\n</tool_response>"}

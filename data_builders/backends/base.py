@@ -1,0 +1,78 @@
+"""What every LLM backend offers the agent loop (DESIGN.md, "Backend").
+
+A backend works on *rendered* prompts (chat template already applied, any response prefill already
+appended), so the agent loop owns the conversation and the backend owns only tokens and compute.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+
+@dataclass
+class Generation:
+    text: str                      # decoded completion, cut after the first stop string
+    token_ids: list[int]           # generated tokens (no padding, no tokens after a stop)
+    prompt_tokens: int             # tokens of the rendered prompt (the whole context prefilled this turn)
+    finish_reason: str             # "stop" (stop string), "eos", or "length"
+    logprobs: list[float] | None = None   # log p(token) under the model's *raw* distribution
+
+    @property
+    def decode_tokens(self) -> int:
+        return len(self.token_ids)
+
+
+@dataclass
+class PrefillState:
+    """The result of a prompt prefill: the probe's features plus what generation needs to resume.
+
+    ``hidden`` is ``[batch, len(layers), d_model]`` float32, the last prompt token at each chosen
+    hidden-state index (0 = embedding output, i = output of decoder layer i).
+    """
+
+    prompts: list[str]
+    layers: list[int]
+    hidden: Any                    # torch.Tensor
+    _resume: dict[str, Any] = field(default_factory=dict, repr=False)
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    max_new_tokens: int = 256
+    temperature: float = 0.0       # 0 → greedy
+    top_p: float = 1.0
+    top_k: int = 0
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
+
+
+class Backend(ABC):
+    """A causal LM that the agent drives."""
+
+    model_id: str
+    n_layers: int
+
+    @property
+    @abstractmethod
+    def fingerprint(self) -> str:
+        """Stable id of the exact weights: model id + config hash + adapter."""
+
+    @abstractmethod
+    def render(self, messages: Sequence[dict], tools: Sequence[dict] | None = None) -> str:
+        """Apply the model's chat template with the generation prompt appended."""
+
+    @abstractmethod
+    def count_tokens(self, text: str) -> int:
+        """Tokens of ``text`` without special tokens (When2Tool's token_cost counts this way)."""
+
+    @abstractmethod
+    def generate(self, prompts: Sequence[str], params: SamplingParams = SamplingParams(), *,
+                 prefill_state: PrefillState | None = None, return_logprobs: bool = False) -> list[Generation]:
+        """Batched generation. With ``prefill_state`` from :meth:`prefill` on the same prompts, the
+        prompt's KV cache is reused so the probe read costs no second forward pass; ``prompts`` may
+        then extend those prompts (a response prefill chosen from the probe's reading)."""
+
+    @abstractmethod
+    def prefill(self, prompts: Sequence[str], layers: Sequence[int] | None = None) -> PrefillState:
+        """One forward pass over the prompts; returns last-token hidden states and keeps the cache."""

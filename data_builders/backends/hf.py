@@ -1,0 +1,239 @@
+"""Hugging Face transformers backend: batched generation, log-probs, and a probe-read prefill whose
+KV cache the following generation reuses.
+
+Generation itself is ``model.generate`` (stop strings, sampling, EOS handling are the library's).
+The only hand-written part is the prefill forward: ``generate`` cannot hand back intermediate hidden
+states *and* continue from them, so we run the prompt once ourselves with ``output_hidden_states`` and
+give ``generate`` that cache, cropped by one token when nothing was appended (``generate`` needs at
+least one uncached input token; recomputing one token costs ~nothing next to the prompt).
+"""
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+from typing import Any, Sequence
+
+import torch
+
+from .base import Backend, Generation, PrefillState, SamplingParams
+
+# Config keys that say nothing about the weights' function (paths, versions, dtype bookkeeping).
+_VOLATILE_CONFIG_KEYS = {"_name_or_path", "transformers_version", "quantization_config", "torch_dtype", "dtype",
+                         "_commit_hash", "_attn_implementation_autoset", "architectures"}
+
+
+def config_hash(config: Any) -> str:
+    d = {k: v for k, v in config.to_dict().items() if k not in _VOLATILE_CONFIG_KEYS}
+    return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def tool_system_block(tools: Sequence[dict]) -> str:
+    """Tool listing for chat templates that ignore ``tools=`` (SmolLM2's does). Hermes/Qwen wording,
+    the format When2Tool's xml-format models are prompted with."""
+    lines = "\n".join(json.dumps(t, ensure_ascii=False) for t in tools)
+    return (
+        "# Tools\n\nYou may call one of the following functions to assist with the user query.\n\n"
+        "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n"
+        f"{lines}\n</tools>\n\nFor a function call, return a json object with function name and arguments "
+        'within <tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": '
+        "<args-json-object>}\n</tool_call>"
+    )
+
+
+def _position_ids(mask: torch.Tensor) -> torch.Tensor:
+    # Same rule as transformers' generate: positions count real tokens only, so left padding and
+    # padding inside an appended prefill do not shift the rotary positions.
+    return (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0)
+
+
+class _LogprobRecorder:
+    """A logits processor that records log p(token) of each generated token in O(batch x vocab) memory.
+
+    ``output_logits=True`` would keep every step's full logits (batch x steps x 49k floats: GBs for a
+    batch of 32). Custom processors run before the sampling warpers (temperature, top-p), so these are
+    the model's raw log-probs; at step t we see the token chosen at step t-1 and gather its log-prob.
+    """
+
+    def __init__(self):
+        self.prev: torch.Tensor | None = None
+        self.steps: list[torch.Tensor] = []
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        self._gather(input_ids[:, -1])
+        self.prev = torch.log_softmax(scores.float(), dim=-1)
+        return scores
+
+    def _gather(self, tokens: torch.Tensor) -> None:
+        if self.prev is not None:
+            self.steps.append(self.prev.gather(-1, tokens[:, None]).squeeze(-1))
+            self.prev = None
+
+    def finish(self, sequences: torch.Tensor) -> torch.Tensor:
+        self._gather(sequences[:, -1])
+        return torch.stack(self.steps, dim=1) if self.steps else torch.zeros(sequences.shape[0], 0)
+
+
+class HFBackend(Backend):
+    def __init__(self, model, tokenizer, *, model_id: str, adapter: str | None = None, max_batch_size: int = 32):
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.tokenizer.padding_side = "left"   # decoder-only batching
+        if self.tokenizer.pad_token_id is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.model_id = model_id
+        self.adapter = adapter
+        self.max_batch_size = max_batch_size
+        cfg = model.config
+        self.n_layers = cfg.num_hidden_layers
+        self.d_model = cfg.hidden_size
+        self._template_takes_tools = "tools" in (tokenizer.chat_template or "")
+        # transformers 5 renamed ``past_key_values`` to ``cache``; support both so a GPU box pinned
+        # to 4.x by vLLM works too.
+        fwd = inspect.signature(model.forward).parameters
+        self._cache_kw = "cache" if "cache" in fwd else "past_key_values"
+        gen_cfg = getattr(model, "generation_config", None)
+        eos = getattr(gen_cfg, "eos_token_id", None) or tokenizer.eos_token_id
+        self._eos_ids = set(eos if isinstance(eos, list) else [eos])
+        self._eos_ids.add(tokenizer.eos_token_id)
+
+    # ---------------------------------------------------------------- identity
+    @property
+    def fingerprint(self) -> str:
+        fp = f"{self.model_id}@{config_hash(self.model.config)}"
+        return fp + (f"+{self.adapter}" if self.adapter else "")
+
+    @property
+    def config(self):
+        return self.model.config
+
+    # ---------------------------------------------------------------- text
+    def render(self, messages: Sequence[dict], tools: Sequence[dict] | None = None) -> str:
+        messages = [dict(m) for m in messages]
+        kwargs: dict[str, Any] = {}
+        if tools:
+            if self._template_takes_tools:
+                kwargs["tools"] = list(tools)
+            else:
+                block = tool_system_block(tools)
+                if messages and messages[0]["role"] == "system":
+                    messages[0]["content"] = messages[0]["content"] + "\n\n" + block
+                else:
+                    messages.insert(0, {"role": "system", "content": block})
+        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **kwargs)
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.tokenizer(text, add_special_tokens=False).input_ids)
+
+    def _encode(self, texts: Sequence[str]) -> dict[str, torch.Tensor]:
+        # The chat template already wrote every special token; adding BOS again would change the prompt.
+        return self.tokenizer(list(texts), return_tensors="pt", padding=True, add_special_tokens=False)
+
+    def _chunks(self, prompts: Sequence[str]) -> list[list[int]]:
+        # Sort by length so each batch pads little; results are put back in input order.
+        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+        return [order[i:i + self.max_batch_size] for i in range(0, len(order), self.max_batch_size)]
+
+    # ---------------------------------------------------------------- prefill (probe read)
+    @torch.inference_mode()
+    def prefill(self, prompts: Sequence[str], layers: Sequence[int] | None = None) -> PrefillState:
+        layers = list(range(self.n_layers + 1)) if layers is None else [int(x) for x in layers]
+        bad = [x for x in layers if not 0 <= x <= self.n_layers]
+        if bad:
+            raise ValueError(f"layers {bad} out of range 0..{self.n_layers} for {self.model_id}")
+        hidden = torch.empty(len(prompts), len(layers), self.d_model, dtype=torch.float32)
+        chunks = []
+        for idx in self._chunks(prompts):
+            enc = self._encode([prompts[i] for i in idx])
+            out = self.model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"],
+                             position_ids=_position_ids(enc["attention_mask"]), use_cache=True,
+                             output_hidden_states=True, logits_to_keep=1)
+            hs = out.hidden_states
+            hidden[idx] = torch.stack([hs[l][:, -1, :] for l in layers], dim=1).float()
+            cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
+            chunks.append({"idx": idx, "input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"],
+                           "cache": cache})
+            del out, hs
+        return PrefillState(prompts=list(prompts), layers=layers, hidden=hidden, _resume={"chunks": chunks})
+
+    # ---------------------------------------------------------------- generation
+    def _gen_kwargs(self, params: SamplingParams) -> dict[str, Any]:
+        kw: dict[str, Any] = {"max_new_tokens": params.max_new_tokens, "pad_token_id": self.tokenizer.pad_token_id,
+                              "return_dict_in_generate": True}
+        if params.temperature > 0:
+            kw.update(do_sample=True, temperature=params.temperature, top_p=params.top_p, top_k=params.top_k or None)
+        else:
+            kw.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+        if params.stop:
+            kw.update(stop_strings=list(params.stop), tokenizer=self.tokenizer)
+        return kw
+
+    @torch.inference_mode()
+    def generate(self, prompts: Sequence[str], params: SamplingParams = SamplingParams(), *,
+                 prefill_state: PrefillState | None = None, return_logprobs: bool = False) -> list[Generation]:
+        prompts = list(prompts)
+        if params.seed is not None:
+            torch.manual_seed(params.seed)
+        kw = self._gen_kwargs(params)
+        results: list[Generation | None] = [None] * len(prompts)
+        if prefill_state is None:
+            batches = [(idx, self._encode([prompts[i] for i in idx]), None) for idx in self._chunks(prompts)]
+        else:
+            batches = [self._resume_batch(prefill_state, c, prompts) for c in prefill_state._resume["chunks"]]
+        for idx, enc, cache in batches:
+            extra = {self._cache_kw: cache} if cache is not None else {}
+            recorder = _LogprobRecorder() if return_logprobs else None
+            if recorder is not None:
+                from transformers import LogitsProcessorList
+                extra["logits_processor"] = LogitsProcessorList([recorder])
+            out = self.model.generate(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"], **kw, **extra)
+            new = out.sequences[:, enc["input_ids"].shape[1]:]
+            lp = recorder.finish(out.sequences) if recorder is not None else None
+            n_prompt = enc["attention_mask"].sum(-1).tolist()
+            for row, i in enumerate(idx):
+                results[i] = self._finish(new[row].tolist(), None if lp is None else lp[row].tolist(),
+                                          int(n_prompt[row]), params.stop)
+        return results  # type: ignore[return-value]
+
+    def _resume_batch(self, state: PrefillState, chunk: dict, prompts: list[str]):
+        """Extend a prefilled batch by each row's appended text (the response prefill)."""
+        if len(prompts) != len(state.prompts):
+            raise ValueError("prefill_state was made for a different number of prompts")
+        idx, ids, mask = chunk["idx"], chunk["input_ids"], chunk["attention_mask"]
+        suffixes = []
+        for i in idx:
+            if not prompts[i].startswith(state.prompts[i]):
+                raise ValueError(f"prompt {i} does not extend the prefilled prompt; re-run prefill")
+            suffixes.append(prompts[i][len(state.prompts[i]):])
+        cache = chunk["cache"]
+        chunk["cache"] = None  # a cache is consumed by the generation that continues it
+        if cache is None:
+            raise ValueError("this prefill_state was already used for a generation")
+        # ``generate`` needs >= 1 uncached token per row and predicts from each row's last column, so
+        # drop the last prompt token from the cache and re-feed it followed by the row's suffix. Rows
+        # are left-padded *inside* the sequence (mask 0) to a common width, which attention masking
+        # and mask-derived position ids handle exactly; every row's last column stays a real token.
+        cache.crop(-1)  # negative = drop that many tokens (same meaning in transformers 4.x and 5.x)
+        suf = [self.tokenizer(s, add_special_tokens=False).input_ids if s else [] for s in suffixes]
+        width = max(len(s) for s in suf)
+        pad = self.tokenizer.pad_token_id
+        last = ids[:, -1].tolist()
+        seg_ids = torch.tensor([[pad] * (width - len(s)) + [t] + s for s, t in zip(suf, last)], dtype=ids.dtype)
+        seg_mask = torch.tensor([[0] * (width - len(s)) + [1] * (len(s) + 1) for s in suf], dtype=mask.dtype)
+        enc = {"input_ids": torch.cat([ids[:, :-1], seg_ids], 1), "attention_mask": torch.cat([mask[:, :-1], seg_mask], 1)}
+        return idx, enc, cache
+
+    def _finish(self, tokens: list[int], logprobs: list[float] | None, n_prompt: int, stop: Sequence[str]) -> Generation:
+        pad = self.tokenizer.pad_token_id
+        end = next((k for k, t in enumerate(tokens) if t in self._eos_ids or t == pad), len(tokens))
+        text = self.tokenizer.decode(tokens[:end], skip_special_tokens=True)
+        hit = [(text.find(s) + len(s)) for s in stop if s in text]
+        if hit:
+            cut = min(hit)
+            text, reason = text[:cut], "stop"
+        elif end < len(tokens) and tokens[end] in self._eos_ids:
+            end, reason = end + 1, "eos"   # the EOS token was generated: it counts as decode work
+        else:
+            reason = "length"
+        return Generation(text=text, token_ids=tokens[:end], prompt_tokens=n_prompt, finish_reason=reason,
+                          logprobs=None if logprobs is None else logprobs[:end])

@@ -1,0 +1,79 @@
+"""Run the agent on tasks and write trajectories.
+
+    python -m data_builders.rollout model=smollm2 tasks=builtin mode=force limit=32
+
+Writes ``trajectories.jsonl`` and ``summary.json`` to the Hydra run directory, prints a table per
+environment x difficulty, and ends with one line of key=value figures.
+"""
+from __future__ import annotations
+
+import json
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+from tqdm.auto import tqdm
+
+from recipes import CONFIG_DIR
+
+from .agent.loop import Agent, AgentConfig
+from .agent.trajectory import summarize, write_jsonl
+from .backends.loading import load_backend
+from .tasks import load_tasks
+
+
+def backend_from_config(model: DictConfig):
+    return load_backend(model.name, gguf_file=model.get("gguf_file"), adapter=model.get("adapter"),
+                        dtype=model.get("dtype", "float32"), max_batch_size=model.get("max_batch_size", 32))
+
+
+def tasks_from_config(cfg: DictConfig):
+    t = cfg.tasks
+    return load_tasks(t.source, split=cfg.split, limit=cfg.limit, envs=t.get("envs"),
+                      difficulties=t.get("difficulties"), n_per_cell=t.get("n_per_cell", 20), seed=t.get("seed", 0))
+
+
+def summary_table(trajs: list[dict]) -> str:
+    cells: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    for t in trajs:
+        cells[(t["env"], t["difficulty"])].append(t)
+    order = {"easy": 0, "medium": 1, "hard": 2}
+    rows = [f"{'environment':<22}{'difficulty':<11}{'n':>4}{'acc':>7}{'calls/task':>12}{'fmt err':>9}{'tokens':>8}"]
+    for (env, diff) in sorted(cells, key=lambda k: (k[0], order.get(k[1], 9))):
+        s = summarize(cells[(env, diff)])
+        rows.append(f"{env:<22}{diff:<11}{s['tasks']:>4}{s['accuracy']:>7.3f}{s['tool_calls_per_task']:>12.2f}"
+                    f"{s['format_error_rate']:>9.3f}{s['tokens_per_task']:>8.1f}")
+    return "\n".join(rows)
+
+
+def run(cfg: DictConfig) -> dict:
+    out_dir = Path(cfg.out_dir)
+    tasks = tasks_from_config(cfg)
+    backend = backend_from_config(cfg.model)
+    agent_cfg = AgentConfig(mode=cfg.mode, reasoning=cfg.reasoning, **OmegaConf.to_container(cfg.agent))
+    agent = Agent(backend, agent_cfg)
+    t0 = time.perf_counter()
+    with tqdm(total=len(tasks), desc=f"rollout {agent_cfg.mode}", unit="task") as bar:
+        trajs = agent.run(tasks, on_done=lambda _: bar.update(1))
+    wall = time.perf_counter() - t0
+    write_jsonl(out_dir / "trajectories.jsonl", trajs)
+    summary = {**summarize(trajs), "wall_s": round(wall, 2), "policy": backend.fingerprint, "mode": agent_cfg.mode,
+               "reasoning": agent_cfg.reasoning, "config": OmegaConf.to_container(cfg, resolve=True)}
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    print(summary_table(trajs))
+    print(f"trajectories: {out_dir / 'trajectories.jsonl'}")
+    print(f"accuracy={summary['accuracy']:.4f} tool_calls_per_task={summary['tool_calls_per_task']:.3f} "
+          f"format_error_rate={summary['format_error_rate']:.4f} tokens_per_task={summary['tokens_per_task']:.1f} "
+          f"tasks={summary['tasks']}")
+    return summary
+
+
+@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="rollout")
+def main(cfg: DictConfig) -> None:
+    run(cfg)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,133 @@
+"""The Task contract (When2Tool schema, SPEC §1.2) plus toolwise's ``category`` and ``split``.
+
+Every task source yields :class:`Task`. Bad records raise :class:`TaskFormatError` naming the
+file, the record and the field, so a user can fix the input without guessing.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+DIFFICULTIES = ("easy", "medium", "hard")
+SPLITS = ("train", "test")
+
+# When2Tool group per environment (SPEC §1.2): A scale, B missing knowledge, C reliable execution.
+ENV_CATEGORY = {
+    "CalculatorEnv": "A", "StatisticsEnv": "A", "CountingEnv": "A", "MatrixEnv": "A", "PrimeEnv": "A",
+    "RetrieverEnv": "B", "HistoricalYearEnv": "B", "GameRuleEnv": "B", "HashEnv": "B", "DecodingEnv": "B",
+    "ListManipulationEnv": "C", "DateTimeEnv": "C", "CodeExecutorEnv": "C", "ScheduleEnv": "C",
+    "RegexMatchEnv": "C",
+}
+
+
+class TaskFormatError(ValueError):
+    """A task record is malformed. The message names source file, record and field."""
+
+    def __init__(self, source: str, record: Any, field_name: str, problem: str):
+        self.source, self.record, self.field_name, self.problem = source, record, field_name, problem
+        super().__init__(f"{source}: record {record}: field '{field_name}': {problem}")
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    name: str
+    tools: tuple[str, ...]
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Task:
+    id: int | str
+    instruction: str
+    environments: tuple[EnvSpec, ...]
+    expected: dict[str, Any]
+    difficulty: str
+    multi_step: bool = False
+    tags: tuple[str, ...] = ()
+    category: str = "other"
+    split: str = "train"
+
+    @property
+    def answer(self) -> str:
+        return str(self.expected["answer"])
+
+    @property
+    def env(self) -> EnvSpec:
+        """When2Tool tasks always carry exactly one environment."""
+        return self.environments[0]
+
+    @property
+    def expected_steps(self) -> int:
+        """SPEC §6: len(expected.steps) when present, else 3 if multi_step, else 1."""
+        steps = self.expected.get("steps")
+        if steps:
+            return len(steps)
+        return 3 if self.multi_step else 1
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["environments"] = [
+            {"name": e.name, "tools": list(e.tools), "parameters": e.parameters} for e in self.environments
+        ]
+        d["tags"] = list(self.tags)
+        return d
+
+    @classmethod
+    def from_dict(cls, rec: Any, *, source: str = "<memory>", index: Any = None, split: str | None = None) -> "Task":
+        """Validate one When2Tool-schema record; ``split``/``category`` are filled in when absent."""
+        where = rec.get("id", index) if isinstance(rec, dict) else index
+        if not isinstance(rec, dict):
+            raise TaskFormatError(source, where, "<record>", f"expected an object, got {type(rec).__name__}")
+
+        def need(name: str, typ: type | tuple[type, ...]) -> Any:
+            if name not in rec:
+                raise TaskFormatError(source, where, name, "missing")
+            v = rec[name]
+            if not isinstance(v, typ) or isinstance(v, bool):  # bool is an int subclass; never valid here
+                raise TaskFormatError(source, where, name, f"expected {getattr(typ, '__name__', typ)}, got {type(v).__name__}")
+            return v
+
+        tid = need("id", (int, str))
+        instruction = need("instruction", str)
+        if not instruction.strip():
+            raise TaskFormatError(source, where, "instruction", "empty")
+        envs_raw = need("environments", list)
+        if not envs_raw:
+            raise TaskFormatError(source, where, "environments", "empty list")
+        envs = []
+        for j, e in enumerate(envs_raw):
+            f = f"environments[{j}]"
+            if not isinstance(e, dict):
+                raise TaskFormatError(source, where, f, "expected an object")
+            if not isinstance(e.get("name"), str):
+                raise TaskFormatError(source, where, f + ".name", "missing or not a string")
+            tools = e.get("tools")
+            if not isinstance(tools, list) or not all(isinstance(t, str) for t in tools):
+                raise TaskFormatError(source, where, f + ".tools", "expected a list of tool names")
+            params = e.get("parameters", {})
+            if not isinstance(params, dict):
+                raise TaskFormatError(source, where, f + ".parameters", "expected an object")
+            envs.append(EnvSpec(e["name"], tuple(tools), params))
+        expected = need("expected", dict)
+        if "answer" not in expected:
+            raise TaskFormatError(source, where, "expected.answer", "missing")
+        if not isinstance(expected["answer"], (str, int, float)):
+            raise TaskFormatError(source, where, "expected.answer", "expected a string")
+        difficulty = need("difficulty", str)
+        if difficulty not in DIFFICULTIES:
+            raise TaskFormatError(source, where, "difficulty", f"{difficulty!r} not in {DIFFICULTIES}")
+        multi_step = rec.get("multi_step", False)
+        if not isinstance(multi_step, bool):
+            raise TaskFormatError(source, where, "multi_step", "expected a boolean")
+        tags = rec.get("tags", [])
+        if not isinstance(tags, list):
+            raise TaskFormatError(source, where, "tags", "expected a list")
+        sp = rec.get("split", split)
+        if sp is None:
+            raise TaskFormatError(source, where, "split", "missing and not given by the source")
+        category = rec.get("category") or ENV_CATEGORY.get(envs[0].name, "other")
+        return cls(
+            id=tid, instruction=instruction, environments=tuple(envs),
+            expected={**expected, "answer": str(expected["answer"])}, difficulty=difficulty,
+            multi_step=multi_step, tags=tuple(tags), category=category, split=sp,
+        )

@@ -1,0 +1,245 @@
+"""The agent state machine (SPEC §5.4) and its three hooks, driven by a scripted backend so every
+branch is exercised deterministically. Real-model runs are in tests/data_builders/test_embedded.py."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from data_builders.agent import prompts as P
+from data_builders.agent.hooks import Hooks
+from data_builders.agent.loop import CONTEXT_EXCEEDED, Agent, AgentConfig
+from data_builders.backends.base import Backend, Generation, PrefillState
+from data_builders.tasks.schema import Task
+
+
+def calc_task(tid, expr, answer, difficulty="easy"):
+    return Task.from_dict({
+        "id": tid, "instruction": f"Answer with only the number: {expr}", "difficulty": difficulty,
+        "environments": [{"name": "CalculatorEnv", "tools": ["evaluate_expression", "get_last_result",
+                                                              "clear_last_result"], "parameters": {}}],
+        "expected": {"answer": answer}, "tags": ["calculator", "single_round"]}, split="test")
+
+
+class ScriptedBackend(Backend):
+    """Replies from a per-task script (keyed by a marker found in the prompt), one entry per round."""
+
+    model_id = "scripted"
+    n_layers = 2
+
+    def __init__(self, scripts: dict[str, list[str]]):
+        self.scripts = scripts
+        self.calls: list[list[str]] = []
+        self.prefill_calls = 0
+        self.last_prefill_state: PrefillState | None = None
+
+    @property
+    def fingerprint(self):
+        return "scripted@0"
+
+    def render(self, messages, tools=None):
+        return json.dumps({"messages": messages, "tools": [t["function"]["name"] for t in tools or []]})
+
+    def count_tokens(self, text):
+        return len(text.split())
+
+    def _reply(self, prompt):
+        for key, script in self.scripts.items():
+            if key in prompt:
+                n_assistant = prompt.count('"role": "assistant"')
+                return script[min(n_assistant, len(script) - 1)]
+        raise AssertionError(f"no script for prompt {prompt[:200]}")
+
+    def generate(self, prompts, params=None, *, prefill_state=None, return_logprobs=False):
+        self.calls.append(list(prompts))
+        if prefill_state is not None:
+            assert prefill_state is self.last_prefill_state
+            for p, q in zip(prompts, prefill_state.prompts):
+                assert p.startswith(q)
+        out = []
+        for p in prompts:
+            base = p if prefill_state is None else prefill_state.prompts[prompts.index(p)]
+            text = self._reply(base)
+            out.append(Generation(text=text, token_ids=list(range(len(text.split()))), prompt_tokens=len(p.split()),
+                                  finish_reason="eos", logprobs=[-0.5] * len(text.split()) if return_logprobs else None))
+        return out
+
+    def prefill(self, prompts, layers=None):
+        self.prefill_calls += 1
+        layers = list(layers)
+        self.last_prefill_state = PrefillState(list(prompts), layers, torch.ones(len(prompts), len(layers), 4))
+        return self.last_prefill_state
+
+
+CALL = '<tool_call>\n{"name": "evaluate_expression", "arguments": {"expression": "%s"}}\n</tool_call>'
+
+
+def run(scripts, tasks, hooks=None, **cfg):
+    backend = ScriptedBackend(scripts)
+    agent = Agent(backend, AgentConfig(**cfg), hooks)
+    return agent.run(tasks), backend
+
+
+def test_call_then_answer_is_scored_and_counted():
+    (t,), _ = run({"20+20": [CALL % "20+20", "\\boxed{40}"]}, [calc_task(1, "20+20", "40")], mode="force")
+    assert t["correct"] and t["tool_calls"] == 1 and t["rounds"] == 2 and t["ended"] == "answer"
+    assert t["calls"][0]["result"] == {"success": True, "result": 40, "expression": "20+20"}
+    assert t["calls"][0]["ok"] and t["calls"][0]["error_kind"] is None
+    # the tool result went back as a <tool_response> user message (xml format)
+    assert t["messages"][-2]["role"] == "user" and t["messages"][-2]["content"].startswith("<tool_response>\n{")
+    assert [tr["kind"] for tr in t["turns"]] == ["call", "answer"]
+    assert t["turns"][1]["prefill_tokens"] > t["turns"][0]["prefill_tokens"]  # whole context each turn
+
+
+def test_direct_answer_without_reasoning_is_accepted():
+    (t,), _ = run({"1+1": ["\\boxed{2}"]}, [calc_task(1, "1+1", "2")])
+    assert t["correct"] and t["tool_calls"] == 0 and t["format_errors"] == 0
+
+
+def test_no_reasoning_mode_rejects_reasoned_answer_then_accepts_bare_one():
+    (t,), _ = run({"1+1": ["I think the answer is clearly two. \\boxed{2}", "\\boxed{2}"]}, [calc_task(1, "1+1", "2")])
+    assert t["correct"] and t["format_errors"] == 1 and t["rounds"] == 2
+    assert t["messages"][3]["content"] == P.NO_REASONING_ANSWER
+
+
+def test_reasoning_mode_rejects_bare_call():
+    (t,), _ = run({"2+2": [CALL % "2+2", "I should compute with the tool now. " + CALL % "2+2", "\\boxed{4}"]},
+                  [calc_task(1, "2+2", "4")], reasoning=True)
+    assert t["rejected_calls"] == 1 and t["tool_calls"] == 1 and t["correct"]
+    assert t["calls"][0]["status"] == "rejected" and t["calls"][1]["status"] == "executed"
+
+
+def test_hard_no_tool_rejects_without_executing():
+    (t,), _ = run({"3+3": [CALL % "3+3", "\\boxed{6}"]}, [calc_task(1, "3+3", "6")], mode="hard_no_tool")
+    assert t["tool_calls"] == 0 and t["rejected_calls"] == 1 and t["correct"]
+    assert P.TOOLS_UNAVAILABLE in t["messages"][3]["content"]
+
+
+def test_malformed_call_is_counted_never_crashes():
+    bad = '<tool_call>{"name": "evaluate_expression", "arguments": {"expression": "1+</tool_call>'
+    (t,), _ = run({"5+5": [bad, "rambling", "\\boxed{10}"]}, [calc_task(1, "5+5", "10")], max_rounds=5)
+    assert t["malformed_calls"] == 1 and t["format_errors"] == 2 and t["correct"]
+
+
+def test_unknown_tool_is_routed_and_counted_as_error():
+    (t,), _ = run({"7*7": ['<tool_call>{"name": "rm_rf", "arguments": {}}</tool_call>', "\\boxed{49}"]},
+                  [calc_task(1, "7*7", "49")])
+    assert t["tool_calls"] == 1 and t["calls"][0]["error_kind"] == "unavailable_tool"
+
+
+def test_max_rounds_ends_episode_wrong():
+    (t,), _ = run({"9-1": ["hmm"]}, [calc_task(1, "9-1", "8")], max_rounds=3)
+    assert t["rounds"] == 3 and t["ended"] == "max_rounds" and not t["correct"] and t["final_response"] == ""
+
+
+def test_context_limit_ends_episode():
+    (t,), _ = run({"9-2": ["x " * 50]}, [calc_task(1, "9-2", "7")], max_rounds=50, max_context=300,
+                  max_new_tokens=10)
+    assert t["final_response"] == CONTEXT_EXCEEDED and t["ended"] == "context_length"
+
+
+def test_many_tasks_are_batched_together():
+    tasks = [calc_task(i, f"{i}+{i}", str(2 * i)) for i in range(1, 6)]
+    scripts = {f"{i}+{i}": [CALL % f"{i}+{i}", f"\\boxed{{{2 * i}}}"] for i in range(1, 6)}
+    trajs, backend = run(scripts, tasks, max_in_flight=8)
+    assert [t["task_id"] for t in trajs] == [1, 2, 3, 4, 5] and all(t["correct"] for t in trajs)
+    assert [len(c) for c in backend.calls] == [5, 5]  # two rounds, all five episodes in each batch
+
+
+def test_in_flight_cap_refills_from_queue():
+    tasks = [calc_task(i, f"{i}+{i}", str(2 * i)) for i in range(1, 6)]
+    scripts = {f"{i}+{i}": [f"\\boxed{{{2 * i}}}"] for i in range(1, 6)}
+    trajs, backend = run(scripts, tasks, max_in_flight=2)
+    assert [len(c) for c in backend.calls] == [2, 2, 1] and all(t["correct"] for t in trajs)
+
+
+class ProbeHooks(Hooks):
+    hidden_layers = [0, 2]
+
+    def __init__(self):
+        self.seen = []
+
+    def pre_generation(self, task, state):
+        self.seen.append(tuple(state.hidden.shape))
+        return "\\boxed{" if task.id == 1 else None
+
+
+def test_pre_generation_reads_hidden_states_once_and_prefills():
+    hooks = ProbeHooks()
+    tasks = [calc_task(1, "4+4", "8"), calc_task(2, "6+6", "12")]
+    trajs, backend = run({"4+4": ["8}"], "6+6": ["\\boxed{12}"]}, tasks, hooks)
+    assert backend.prefill_calls == 1 and hooks.seen == [(2, 4), (2, 4)]
+    t1, t2 = trajs
+    assert t1["turns"][0]["prefill_text"] == "\\boxed{" and t1["final_response"] == "\\boxed{8}" and t1["correct"]
+    assert t2["turns"][0]["prefill_text"] == "" and t2["correct"]
+    assert t1["decisions"][0] == {"hook": "pre_generation", "round": 0, "decision": "\\boxed{"}
+
+
+class SkipHooks(Hooks):
+    def pre_call(self, episode, call):
+        return "skip"
+
+
+def test_pre_call_skip_returns_noop_message_and_does_not_execute():
+    (t,), _ = run({"8+8": [CALL % "8+8", "\\boxed{16}"]}, [calc_task(1, "8+8", "16")], SkipHooks())
+    assert t["tool_calls"] == 0 and t["skipped_calls"] == 1 and t["calls"][0]["status"] == "skipped"
+    assert json.loads(t["messages"][3]["content"].split("\n")[1]) == P.SKIPPED_CALL_RESULT
+    assert t["correct"]
+
+
+class ContinueHooks(Hooks):
+    def on_answer(self, episode, answer_text):
+        return "continue"
+
+
+def test_on_answer_continue_injects_verification_and_fixes_answer():
+    (t,), _ = run({"12*12": ["\\boxed{124}", CALL % "12*12", "\\boxed{144}"]}, [calc_task(1, "12*12", "144")],
+                  ContinueHooks(), max_continues=1)
+    assert t["correct"] and t["tool_calls"] == 1
+    assert t["messages"][3]["content"] == P.VERIFY_PROMPT
+    assert [d["decision"] for d in t["decisions"] if d["hook"] == "on_answer"] == ["continue"]
+
+
+def test_on_answer_no_progress_commits_same_answer():
+    (t,), _ = run({"13*13": ["\\boxed{169}", "\\boxed{169}"]}, [calc_task(1, "13*13", "169")], ContinueHooks(),
+                  max_continues=3)
+    assert t["correct"] and t["rounds"] == 2
+    assert t["decisions"][-1]["decision"] == "stop_no_progress"
+
+
+def test_on_answer_duplicate_call_stops_verification():
+    script = [CALL % "2*3", "\\boxed{6}", CALL % "2*3", "\\boxed{7}"]
+    (t,), _ = run({"2*3": script}, [calc_task(1, "2*3", "6")], ContinueHooks(), max_continues=2)
+    assert t["ended"] == "duplicate_call" and t["final_response"] == "\\boxed{6}" and t["correct"]
+    assert t["tool_calls"] == 1
+
+
+def test_verification_cap_on_extra_rounds():
+    (t,), _ = run({"2*5": ["\\boxed{11}", "let me think"]}, [calc_task(1, "2*5", "10")], ContinueHooks(),
+                  max_rounds=1, verify_rounds=2)
+    assert t["rounds"] == 3 and t["ended"] == "max_rounds" and t["final_response"] == "\\boxed{11}"
+
+
+def test_list_env_gets_format_contract_and_sorted_tools():
+    task = Task.from_dict({
+        "id": 9, "instruction": "Single operation only. Initial [3, 1]. Apply reverse(). Return final list.",
+        "difficulty": "easy", "environments": [{"name": "ListManipulationEnv",
+                                                "tools": ["append", "remove", "insert", "reverse"], "parameters": {}}],
+        "expected": {"answer": "[1, 3]"}}, split="test")
+    call = '<tool_call>{"name": "reverse", "arguments": {"values": [3, 1]}}</tool_call>'
+    (t,), backend = run({"Initial [3, 1]": [call, "\\boxed{[1, 3]}"]}, [task])
+    first = json.loads(backend.calls[0][0])
+    assert first["tools"] == ["append", "insert", "remove", "reverse"]
+    assert P.LIST_FORMAT_CONTRACT in first["messages"][0]["content"]
+    assert t["correct"] and t["calls"][0]["result"]["data"]["current_list"] == [1, 3]
+
+
+def test_native_format_feeds_tool_role():
+    (t,), _ = run({"20+1": [CALL % "20+1", "\\boxed{21}"]}, [calc_task(1, "20+1", "21")], call_format="native")
+    assert t["messages"][-2]["role"] == "tool" and t["correct"]
+
+
+def test_bad_mode_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown prompt mode"):
+        AgentConfig(mode="sometimes")
