@@ -8,6 +8,7 @@ raises, and model-written code never runs in this process.
 """
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterable, Sequence
@@ -82,6 +83,10 @@ class Agent:
         self.backend = backend
         self.cfg = config or AgentConfig()
         self.hooks = hooks or Hooks()
+        # When2Tool's harness raises Python's int->str limit to 10,000 digits (SPEC §2.2); tool results
+        # of 4,301..5,000 digits are valid payloads only under that limit.
+        if sys.get_int_max_str_digits() < 10_000:
+            sys.set_int_max_str_digits(10_000)
         fmt = self.cfg.call_format
         self.call_format = ("native" if "llama" in backend.model_id.lower() else "xml") if fmt == "auto" else fmt
         positions = getattr(getattr(backend, "config", None), "max_position_embeddings", 32768) or 32768

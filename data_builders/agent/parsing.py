@@ -1,0 +1,233 @@
+"""Classifying one model turn: tool call or content (SPEC §5.3), and the "reasoning present" test (§5.4).
+
+Model output is untrusted: no function here raises because of the text it is given (only an
+invalid ``kind`` argument, a programming error, raises). Decoding errors of every kind (``ValueError``, ``SyntaxError``, ``RecursionError`` and
+``MemoryError`` from deeply nested brackets, int-to-str digit limits) mean "this candidate is not a
+call", so the turn falls through to the next candidate or to content.
+
+Choices where SPEC is silent (our best reading of the original harness, not checked against it):
+
+* A non-string ``name`` (``{"name": 7}``, ``{"name": null}``) is converted with ``str()`` rather
+  than rejected. SPEC accepts "an object with name", and routing such a call yields the
+  "Tool None not available in this task." failure, which still counts as a routed call. Using
+  ``str()`` reproduces the same message and the same count, and downstream code only ever sees a
+  ``str``.
+* ``arguments`` is taken when the key is present (even if its value is null), otherwise
+  ``parameters``, otherwise ``{}``. This is the ``dict.get(a, dict.get(b, {}))`` reading of "arguments,
+  else parameters".
+* The lazy ``{...}`` candidates of step (c) may span newlines (regex ``DOTALL`` semantics). They are
+  found by a linear scan instead of ``re.finditer(r"\\{.*?\\}")``, which is quadratic on a text of
+  many unclosed ``{``. The matches are identical.
+* ``ast.literal_eval`` is only tried on candidates of at most :data:`MAX_LITERAL_CHARS` characters.
+  A turn is at most 2048 generated tokens plus a short prefill, far below that, so no real call
+  is lost. The cap bounds the parse time on pathological input. ``literal_eval`` never evaluates
+  operators such as ``**``, so ``10**10**10`` is rejected rather than computed.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+TOOL_CALL_OPEN = "<tool_call>"
+TOOL_CALL_CLOSE = "</tool_call>"
+BOXED_OPEN = "\\boxed{"
+
+# Far above any single model turn (max_new_tokens 2048, SPEC §5.1). Only a bound on parse time.
+MAX_LITERAL_CHARS = 100_000
+
+# SPEC §5.4: reasoning needs at least this many characters after normalisation.
+MIN_REASONING_CHARS = 12
+
+_ASCII_LETTER = re.compile(r"[A-Za-z]")
+# Two adjacent string tokens ('na' 'me'): Python's implicit concatenation can spell a key.
+_ADJACENT_STRINGS = re.compile(r"['\"]\s*['\"]")
+_NOT_DECODED = object()
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One parsed call. ``arguments`` is always a dict; ``raw`` is the candidate text it came from."""
+
+    name: str
+    arguments: dict = field(default_factory=dict)
+    raw: str = ""
+
+
+def _decode(candidate: str) -> Any:
+    """Strict JSON, then JSON with ' -> ", then a JSON-serialisable Python literal (SPEC §5.3).
+
+    The first decoder that succeeds decides the value, so ``_NOT_DECODED`` only when all fail.
+    """
+    try:
+        return json.loads(candidate)
+    except Exception:  # noqa: BLE001 - untrusted text: any failure means "try the next decoder"
+        pass
+    try:
+        return json.loads(candidate.replace("'", '"'))
+    except Exception:  # noqa: BLE001
+        pass
+    if len(candidate) > MAX_LITERAL_CHARS:
+        return _NOT_DECODED
+    try:
+        value = ast.literal_eval(candidate.strip())
+        # Round-tripping through JSON both enforces "JSON-serialisable" (sets, bytes, complex are
+        # rejected) and gives the same shapes a JSON decode would (tuples -> lists, keys -> str).
+        return json.loads(json.dumps(value))
+    except Exception:  # noqa: BLE001 - includes RecursionError/MemoryError on deep nesting
+        return _NOT_DECODED
+
+
+def _may_hold_name_key(candidate: str) -> bool:
+    """Cheap, exact pre-filter: False only if no decoder could produce a ``"name"`` key.
+
+    A JSON or Python string equal to ``name`` contains those four letters, unless it is spelled with
+    escapes (a backslash) or split by implicit concatenation (adjacent string tokens, possibly
+    with a ``#`` comment between them). Skipping every other candidate changes no result; it only keeps thousands of small
+    ``{...}`` matches from each costing an ``ast`` parse on adversarial text.
+    """
+    return (
+        "name" in candidate
+        or "\\" in candidate
+        or "#" in candidate
+        or _ADJACENT_STRINGS.search(candidate) is not None
+    )
+
+
+def _as_call(value: Any, raw: str) -> ToolCall | None:
+    if not isinstance(value, dict) or "name" not in value:
+        return None
+    name = value["name"]
+    if not isinstance(name, str):
+        try:
+            name = str(name)
+        except Exception:  # noqa: BLE001 - str() of a decoded JSON value cannot realistically fail
+            return None
+    if "arguments" in value:
+        args = value["arguments"]
+    else:
+        args = value.get("parameters", {})
+    if isinstance(args, str):
+        try:
+            args = json.loads(args)
+        except Exception:  # noqa: BLE001
+            args = {}
+    if not isinstance(args, dict):
+        args = {}
+    return ToolCall(name=name, arguments=args, raw=raw)
+
+
+def _lazy_brace_spans(text: str):
+    """Yield each non-overlapping lazy ``{...}`` match, left to right, in linear time.
+
+    Equivalent to ``re.finditer(r"\\{.*?\\}", text, re.DOTALL)``: a match runs from a ``{`` to the
+    first ``}`` after it, and scanning resumes after that ``}``. If a ``{`` has no ``}`` after it,
+    no later ``{`` has one either, so the scan stops.
+    """
+    pos = 0
+    while True:
+        start = text.find("{", pos)
+        if start < 0:
+            return
+        end = text.find("}", start + 1)
+        if end < 0:
+            return
+        yield text[start:end + 1]
+        pos = end + 1
+
+
+def _clean(text: str) -> str:
+    return text.strip().replace("```json", "").replace("```", "")
+
+
+def _candidates(cleaned: str):
+    tag = cleaned.find(TOOL_CALL_OPEN)
+    if tag >= 0:
+        body_start = tag + len(TOOL_CALL_OPEN)
+        body_end = cleaned.find(TOOL_CALL_CLOSE, body_start)
+        yield cleaned[body_start:] if body_end < 0 else cleaned[body_start:body_end]
+    yield cleaned
+    yield from _lazy_brace_spans(cleaned)
+
+
+def parse_tool_call(text: str) -> ToolCall | None:
+    """Return the turn's tool call, or None if it is content (SPEC §5.3). Never raises."""
+    if not isinstance(text, str):
+        return None
+    try:
+        for candidate in _candidates(_clean(text)):
+            candidate = candidate.strip()
+            if not candidate or not _may_hold_name_key(candidate):
+                continue
+            value = _decode(candidate)
+            if value is _NOT_DECODED:
+                continue
+            call = _as_call(value, candidate)
+            if call is not None:
+                return call
+    except Exception:  # noqa: BLE001 - defensive: classification must not crash an episode
+        return None
+    return None
+
+
+def has_boxed(text: str) -> bool:
+    """True if the content contains ``\\boxed{`` (a candidate final answer, SPEC §5.4)."""
+    return isinstance(text, str) and BOXED_OPEN in text
+
+
+def _delete_boxed_spans(text: str) -> str:
+    """Remove every ``\\boxed{...}`` span, brace-matched; an unclosed box runs to the end.
+
+    Brace matching (rather than a ``\\boxed{[^}]*}`` regex) matches how :mod:`scoring` reads a box,
+    so ``\\boxed{\\frac{1}{2}}`` leaves no ``{2}}`` residue to count as reasoning.
+    """
+    out: list[str] = []
+    pos = 0
+    while True:
+        start = text.find(BOXED_OPEN, pos)
+        if start < 0:
+            out.append(text[pos:])
+            return "".join(out)
+        out.append(text[pos:start])
+        depth, i = 1, start + len(BOXED_OPEN)
+        while i < len(text) and depth:
+            ch = text[i]
+            if ch == "{":
+                depth += 1
+            elif ch == "}":
+                depth -= 1
+            i += 1
+        pos = i
+
+
+def _is_reasoning(segment: str) -> bool:
+    normalised = " ".join(_delete_boxed_spans(segment).split())
+    return len(normalised) >= MIN_REASONING_CHARS and _ASCII_LETTER.search(normalised) is not None
+
+
+def reasoning_present(text: str, *, kind: str) -> bool:
+    """SPEC §5.4 "reasoning present" test on the raw turn text.
+
+    ``kind="call"``: the text before ``<tool_call>``; without a tag, the text before the first
+    ``{`` (absent when there is no ``{`` or it is the first character).
+    ``kind="answer"``: the text before the first ``\\boxed{``, or the whole text.
+    """
+    if kind not in ("call", "answer"):
+        raise ValueError(f"kind must be 'call' or 'answer', got {kind!r}")
+    if not isinstance(text, str):
+        return False
+    if kind == "call":
+        tag = text.find(TOOL_CALL_OPEN)
+        if tag >= 0:
+            segment = text[:tag]
+        else:
+            brace = text.find("{")
+            if brace <= 0:
+                return False
+            segment = text[:brace]
+    else:
+        box = text.find(BOXED_OPEN)
+        segment = text if box < 0 else text[:box]
+    return _is_reasoning(segment)

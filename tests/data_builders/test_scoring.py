@@ -1,0 +1,172 @@
+"""Scorer against SPEC §6 and the scorer tests of §8, quirks included."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from data_builders.scoring import compare_values, extract_boxed, is_correct, token_cost
+
+
+# ---------------------------------------------------------------- SPEC §8 scorer tests
+
+@pytest.mark.parametrize("pred, gold, expected", [
+    ("13.4", "13.40", True),
+    ("abc", "ABC", True),
+    ("[123,456]", "['123', '456']", True),
+    ("false", "False", True),
+    ("8400", "8,400", False),
+    ("Madrid.", "Madrid", False),
+])
+def test_spec_section8_scorer_cases(pred, gold, expected):
+    assert compare_values(pred, gold) is expected
+    assert is_correct(f"Therefore \\boxed{{{pred}}}", gold) is expected
+
+
+def test_no_box_fails():
+    assert is_correct("The answer is 42.", "42") is False
+
+
+# ---------------------------------------------------------------- structured pass quirks
+
+@pytest.mark.parametrize("pred, gold, expected", [
+    ("1", "True", True),          # 1 == True
+    ("0", "False", True),
+    ("1.0", "1", True),           # 1.0 == 1
+    ("255", "0xff", True),
+    ("27.9312", "27.93", False),  # no numeric tolerance
+    ("8, 400", "8,400", True),    # both tuples (8, 400)
+    ("(1, 2)", "[1, 2]", True),   # tuples become lists
+    ("['-3', '.5']", "[-3, 0.5]", True),
+    ("'+7'", "7", True),          # signed integer string -> int
+    ("'3.'", "3", True),
+    ("[['09:00','10:00']]", "[['09:00', '10:00']]", True),
+    ("[['09:00','10:00']]", "[['09:00', '10:30']]", False),
+    ("{'a': '1'}", "{'a': 1}", True),
+    ("'1e3'", "1000", False),     # not a plain decimal: stays a string
+    ("2", "3", False),
+])
+def test_structured_pass(pred, gold, expected):
+    assert compare_values(pred, gold) is expected
+
+
+def test_none_literal_is_not_structured():
+    # Both parse, but None counts as "not structured", so the scalar pass compares "none".
+    assert compare_values("None", "none") is True
+    assert compare_values("None", "0") is False
+
+
+# ---------------------------------------------------------------- scalar pass
+
+@pytest.mark.parametrize("pred, gold, expected", [
+    ("  Hello   World ", "hello world", True),
+    ('"Paris"', "Paris", True),
+    ("'Paris'", "Paris", True),
+    ("\"Paris'", "Paris", False),          # not a matching pair of quotes
+    ('""Paris""', "Paris", False),         # only one pair removed
+    ("\\text{Madrid}", "Madrid", True),
+    ("\\mathrm{Monday}", "Monday", True),
+    ("\\text{New}\\ \\text{York}", "New York", True),
+    ("2^3*3*19", "2^3 * 3 * 19", False),
+    ("2^{3} * 3", "2^3 * 3", True),        # braces deleted
+    ("SOS / HELP", "sos / help", True),
+    ("... --- ...", "... --- ...", True),
+    ("2024-03-01", "2024-03-01", True),
+    ("2024-03-1", "2024-03-01", False),
+    ("d41d8cd98f00b204e9800998ecf8427e", "D41D8CD98F00B204E9800998ECF8427E", True),
+])
+def test_scalar_pass(pred, gold, expected):
+    assert compare_values(pred, gold) is expected
+
+
+@pytest.mark.parametrize("gold", ["", "   ", "{}", "\\", "''"])
+def test_empty_normalised_gold_is_false(gold):
+    # "{}" parses as a dict, but pred "" does not, so the scalar pass decides.
+    assert compare_values("", gold) is False
+    assert compare_values("x", gold) is False
+
+
+def test_structured_needs_both_sides():
+    # Gold is structured, pred is not: scalar comparison of "12 apples" and "12".
+    assert compare_values("12 apples", "12") is False
+    assert compare_values("Monday", "monday") is True
+
+
+# ---------------------------------------------------------------- robustness
+
+@pytest.mark.parametrize("pred", [
+    "[" * 100_000,
+    "(" * 5_000 + ")" * 5_000,
+    "9" * 1_000_000,
+    "'" + "1" * 20_000 + "'",
+    "10**10**10",
+    "{" * 50_000,
+    "1j",
+    "\\" * 10_000,
+])
+def test_compare_never_raises_and_is_fast(pred):
+    start = time.perf_counter()
+    assert compare_values(pred, "42") is False
+    assert time.perf_counter() - start < 2.0
+
+
+def test_huge_digit_string_compares_as_text():
+    digits = "1" * 20_000
+    assert compare_values(f"'{digits}'", f"'{digits}'") is True
+
+
+def test_non_str_inputs_are_wrong():
+    assert compare_values(None, "1") is False  # type: ignore[arg-type]
+    assert is_correct(None, "1") is False  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- extract_boxed
+
+@pytest.mark.parametrize("text, expected", [
+    ("so \\boxed{42}.", "42"),
+    ("\\boxed{  7 }", "7"),
+    ("\\boxed{\\frac{1}{2}} end", "\\frac{1}{2}"),
+    ("\\boxed{\\text{a {b} c}}", "\\text{a {b} c}"),
+    ("first \\boxed{1} then \\boxed{2}", "1"),
+    ("\\boxed{[1, {2}, 3", "[1, {2}, 3"),      # unclosed: runs to the end
+    ("no box here", ""),
+    ("", ""),
+    ("\\boxed 5", ""),
+])
+def test_extract_boxed(text, expected):
+    assert extract_boxed(text) == expected
+
+
+@pytest.mark.parametrize("text", ["Answer: \\boxed{} done", "Answer: \\boxed{   }", "x \\boxed{"])
+def test_empty_box_returns_whole_text(text):
+    assert extract_boxed(text) == text
+
+
+def test_empty_box_quirk_scores_the_whole_text():
+    assert is_correct("\\boxed{}", "\\boxed") is True
+    assert is_correct("The answer: \\boxed{}", "5") is False
+
+
+# ---------------------------------------------------------------- is_correct
+
+def test_is_correct_end_to_end():
+    assert is_correct("The determinant is \\boxed{-12}.", "-12") is True
+    assert is_correct("\\boxed{\\text{Monday}}", "Monday") is True
+    assert is_correct("I computed \\boxed{[1, 2, 3]}", "[1, 2, 3]") is True
+    assert is_correct("\\boxed{2^2 * 3}", "2^2 * 3") is True
+    assert is_correct("\\boxed{41}", "42") is False
+
+
+def test_empty_final_response_is_wrong():
+    assert is_correct("", "") is False
+    assert is_correct("", "42") is False
+
+
+# ---------------------------------------------------------------- token_cost
+
+def test_token_cost():
+    assert token_cost(100, 50) == pytest.approx(110.0)
+    assert token_cost(0, 0) == 0.0
+    assert token_cost(7, 0) == 7.0
+    assert isinstance(token_cost(1, 1), float)
+    assert token_cost(0, 1000) == pytest.approx(200.0)
