@@ -26,7 +26,8 @@ from .tasks import load_tasks
 
 def backend_from_config(model: DictConfig):
     return load_backend(model.name, gguf_file=model.get("gguf_file"), adapter=model.get("adapter"),
-                        dtype=model.get("dtype", "float32"), max_batch_size=model.get("max_batch_size", 32))
+                        dtype=model.get("dtype", "float32"), max_batch_size=model.get("max_batch_size", 32),
+                        max_batch_tokens=model.get("max_batch_tokens", 16384))
 
 
 def tasks_from_config(cfg: DictConfig):

@@ -83,7 +83,8 @@ def embedded_model_dir() -> Path:
 
 
 def load_backend(model: str = "smollm2", *, gguf_file: str | None = None, adapter: str | None = None,
-                 dtype: str = "float32", max_batch_size: int = 32, model_id: str | None = None) -> HFBackend:
+                 dtype: str = "float32", max_batch_size: int = 32, max_batch_tokens: int = 16384,
+                 model_id: str | None = None) -> HFBackend:
     """``model``: an alias of the embedded default (``smollm2``), a hub id, a local directory, or a
     ``.gguf`` file (or a directory plus ``gguf_file``)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -107,7 +108,8 @@ def load_backend(model: str = "smollm2", *, gguf_file: str | None = None, adapte
         except ImportError as e:  # pragma: no cover - depends on the install
             raise RuntimeError("Loading an adapter needs peft: pip install peft") from e
         hf_model = PeftModel.from_pretrained(hf_model, adapter).merge_and_unload()
-    return HFBackend(hf_model, tok, model_id=model_id or mid, adapter=adapter, max_batch_size=max_batch_size)
+    return HFBackend(hf_model, tok, model_id=model_id or mid, adapter=adapter, max_batch_size=max_batch_size,
+                     max_batch_tokens=max_batch_tokens)
 
 
 def build_tiny_llama(out_dir: str | Path, *, tokenizer_from: str | Path | None = None, hidden_size: int = 64,

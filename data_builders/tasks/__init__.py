@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Sequence
 
-from .schema import ENV_CATEGORY, EnvSpec, Task, TaskFormatError
+from .schema import DIFFICULTIES, ENV_CATEGORY, EnvSpec, Task, TaskFormatError
 
 __all__ = ["Task", "EnvSpec", "TaskFormatError", "ENV_CATEGORY", "load_tasks", "interleave", "TASK_SOURCES"]
 
@@ -15,12 +15,13 @@ TASK_SOURCES = ("builtin",)
 
 
 def interleave(tasks: Sequence[Task]) -> list[Task]:
-    """Round-robin over (environment, difficulty) cells, keeping each cell's order, so that any prefix
-    (``limit=32``) covers every cell as evenly as possible."""
+    """Round-robin over (difficulty, environment) cells, keeping each cell's order, so that any prefix
+    (``limit=32``) covers every cell as evenly as possible and a prefix of 3 already spans A, B and C."""
     cells: dict[tuple[str, str], list[Task]] = defaultdict(list)
     for t in tasks:
         cells[(t.env.name, t.difficulty)].append(t)
-    queues = [cells[k] for k in sorted(cells)]
+    rank = {d: i for i, d in enumerate(DIFFICULTIES)}
+    queues = [cells[k] for k in sorted(cells, key=lambda k: (rank.get(k[1], 9), k[0]))]
     out: list[Task] = []
     for depth in range(max((len(q) for q in queues), default=0)):
         out.extend(q[depth] for q in queues if depth < len(q))
