@@ -41,6 +41,7 @@ class AgentConfig:
     verify_rounds: int = 2             # extra rounds granted by each continue
     max_context: int | None = None     # default: min(model positions, 32768)
     logprobs: bool = True              # keep per-token log-probs of generated text (G-STEP features)
+    reuse_kv: bool = True              # keep each episode's KV cache between turns (prefill only new tokens)
 
     def __post_init__(self):
         self.mode = P.canonical_mode(self.mode)
@@ -60,6 +61,7 @@ class _Episode:
     after_tool: bool = False
     prefilled: bool = False
     prefill_text: str = ""
+    uid: int = 0                            # key of this episode's KV cache in the backend
     verifying: bool = False
     continues: int = 0
     pending_answer: str | None = None      # last answer sent back for verification
@@ -91,6 +93,7 @@ class Agent:
         self.call_format = ("native" if "llama" in backend.model_id.lower() else "xml") if fmt == "auto" else fmt
         positions = getattr(getattr(backend, "config", None), "max_position_embeddings", 32768) or 32768
         self.max_context = self.cfg.max_context or min(int(positions), 32768)
+        self._uid = 0
 
     # ------------------------------------------------------------------ public
     def run(self, tasks: Sequence[Task], on_done: Callable[[dict], None] | None = None) -> list[dict]:
@@ -110,6 +113,7 @@ class Agent:
                 if ep.ended is None:
                     still.append(ep)
                     continue
+                self.backend.release([ep.uid])
                 rec = self._record(ep)
                 out[ep.index] = rec
                 if on_done:
@@ -124,8 +128,9 @@ class Agent:
         if task.env.name == "ListManipulationEnv":
             messages.append({"role": "system", "content": P.LIST_FORMAT_CONTRACT})
         messages.append({"role": "user", "content": P.user_prompt(task.instruction, self.cfg.mode, self.cfg.reasoning)})
+        self._uid += 1
         return _Episode(task=task, index=index, env=env, tools=env.tool_specs(), messages=messages,
-                        rounds_budget=self.cfg.max_rounds)
+                        rounds_budget=self.cfg.max_rounds, uid=self._uid)
 
     def _render(self, ep: _Episode) -> str:
         msgs = ep.messages
@@ -155,12 +160,17 @@ class Agent:
             state = self.backend.prefill(probe_prompts, self.hooks.hidden_layers)
             full = [p + self._pre_generation(ep, p, state.hidden[k], state.layers)
                     for k, (ep, p) in enumerate(zip(probe_eps, probe_prompts))]
-            gens = self.backend.generate(full, params, prefill_state=state, return_logprobs=cfg.logprobs)
+            gens = self.backend.generate(full, params, prefill_state=state, return_logprobs=cfg.logprobs,
+                                         cache_keys=self._keys(probe_eps))
             self._apply(probe_eps, full, gens, time.perf_counter() - t0)
         if plain_eps:
             t0 = time.perf_counter()
-            gens = self.backend.generate(plain_prompts, params, return_logprobs=cfg.logprobs)
+            gens = self.backend.generate(plain_prompts, params, return_logprobs=cfg.logprobs,
+                                         cache_keys=self._keys(plain_eps))
             self._apply(plain_eps, plain_prompts, gens, time.perf_counter() - t0)
+
+    def _keys(self, eps: list[_Episode]) -> list[int] | None:
+        return [ep.uid for ep in eps] if self.cfg.reuse_kv else None
 
     def _pre_generation(self, ep: _Episode, prompt: str, hidden, layers=None) -> str:
         prefill = self.hooks.pre_generation(ep.task, PromptState(prompt, list(ep.messages), hidden, layers))
@@ -179,6 +189,7 @@ class Agent:
                 "round": ep.round, "text": raw, "prefill_text": prefill_text,
                 "prefill_tokens": gen.prompt_tokens,                       # whole context, re-prefilled (full eviction)
                 "new_tokens": max(gen.prompt_tokens - prev_ctx, 0),        # context not seen last turn (cache-reuse PTE)
+                "cached_tokens": gen.cached_tokens,                        # prompt tokens the engine did not recompute
                 "context_len": gen.prompt_tokens, "decode_tokens": gen.decode_tokens,
                 "finish_reason": gen.finish_reason, "wall_s": round(wall_s, 4),
                 "logprobs": [round(x, 4) for x in lps] if self.cfg.logprobs else None,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Hashable, Sequence
 
 
 @dataclass
@@ -17,6 +17,7 @@ class Generation:
     prompt_tokens: int             # tokens of the rendered prompt (the whole context prefilled this turn)
     finish_reason: str             # "stop" (stop string), "eos", or "length"
     logprobs: list[float] | None = None   # log p(token) under the model's *raw* distribution
+    cached_tokens: int = 0         # prompt tokens whose KV came from this episode's previous turn
 
     @property
     def decode_tokens(self) -> int:
@@ -68,10 +69,16 @@ class Backend(ABC):
 
     @abstractmethod
     def generate(self, prompts: Sequence[str], params: SamplingParams = SamplingParams(), *,
-                 prefill_state: PrefillState | None = None, return_logprobs: bool = False) -> list[Generation]:
-        """Batched generation. With ``prefill_state`` from :meth:`prefill` on the same prompts, the
+                 prefill_state: PrefillState | None = None, return_logprobs: bool = False,
+                 cache_keys: Sequence[Hashable] | None = None) -> list[Generation]:
+        """Batched generation. With ``cache_keys`` (one per prompt, e.g. an episode id) the backend keeps
+        each row's KV cache and the next call with the same key prefills only the tokens past the
+        longest common prefix; :meth:`release` frees them. With ``prefill_state`` from :meth:`prefill` on the same prompts, the
         prompt's KV cache is reused so the probe read costs no second forward pass; ``prompts`` may
         then extend those prompts (a response prefill chosen from the probe's reading)."""
+
+    def release(self, keys: Sequence[Hashable]) -> None:
+        """Forget the KV caches kept for these ``cache_keys`` (no-op for backends that keep none)."""
 
     @abstractmethod
     def prefill(self, prompts: Sequence[str], layers: Sequence[int] | None = None) -> PrefillState:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
-from typing import Any, Sequence
+from typing import Any, Hashable, Sequence
 
 import torch
 
@@ -86,9 +86,13 @@ class HFBackend(Backend):
         self.adapter = adapter
         self.max_batch_size = max_batch_size
         self.max_batch_tokens = max_batch_tokens
+        self._kv: dict[Hashable, tuple[list[int], list[tuple[torch.Tensor, torch.Tensor]]]] = {}
         cfg = model.config
         self.n_layers = cfg.num_hidden_layers
         self.d_model = cfg.hidden_size
+        self._kv_shape = (  # (kv heads, head dim) of each cached layer
+            cfg.num_key_value_heads,
+            getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads)
         self._template_takes_tools = "tools" in (tokenizer.chat_template or "")
         # transformers 5 renamed ``past_key_values`` to ``cache``; support both so a GPU box pinned
         # to 4.x by vLLM works too.
@@ -187,13 +191,18 @@ class HFBackend(Backend):
 
     @torch.inference_mode()
     def generate(self, prompts: Sequence[str], params: SamplingParams = SamplingParams(), *,
-                 prefill_state: PrefillState | None = None, return_logprobs: bool = False) -> list[Generation]:
+                 prefill_state: PrefillState | None = None, return_logprobs: bool = False,
+                 cache_keys: Sequence[Hashable] | None = None) -> list[Generation]:
         prompts = list(prompts)
+        if cache_keys is not None and len(cache_keys) != len(prompts):
+            raise ValueError("cache_keys must give one key per prompt")
         if params.seed is not None:
             torch.manual_seed(params.seed)
         kw = self._gen_kwargs(params)
         results: list[Generation | None] = [None] * len(prompts)
-        if prefill_state is None:
+        if prefill_state is None and cache_keys is not None:
+            batches = [self._reuse_batch(idx, prompts, cache_keys) for idx in self._chunks(prompts)]
+        elif prefill_state is None:
             batches = [(idx, self._encode([prompts[i] for i in idx]), None) for idx in self._chunks(prompts)]
         else:
             batches = [self._resume_batch(prefill_state, c, prompts) for c in prefill_state._resume["chunks"]]
@@ -210,7 +219,81 @@ class HFBackend(Backend):
             for row, i in enumerate(idx):
                 results[i] = self._finish(new[row].tolist(), None if lp is None else lp[row].tolist(),
                                           int(n_prompt[row]), params.stop)
+                results[i].cached_tokens = int(enc.get("reused", [0] * len(idx))[row])
+            if cache_keys is not None:
+                self._store(idx, enc, out, [results[i] for i in idx], [cache_keys[i] for i in idx])
         return results  # type: ignore[return-value]
+
+    # ---------------------------------------------------------------- KV reuse across turns
+    # An agent's next prompt is its last prompt + what it generated + the appended messages. Keeping
+    # each episode's KV cache and prefilling only the tokens past the longest common prefix removes the
+    # re-prefill of the whole context every turn, which dominates CPU rollouts (prefill is compute-bound).
+    # Rows of a batch carry caches of different lengths: they are left-padded with masked zeros, and
+    # the new tokens are padded inside the sequence, exactly as for a response prefill.
+
+    def release(self, keys: Sequence[Hashable]) -> None:
+        for k in keys:
+            self._kv.pop(k, None)
+
+    def _reuse_batch(self, idx: list[int], prompts: list[str], keys: Sequence[Hashable]):
+        ids = [self.tokenizer(prompts[i], add_special_tokens=False).input_ids for i in idx]
+        reuse = []
+        for i, row in zip(idx, ids):
+            stored = self._kv.get(keys[i])
+            n = 0
+            if stored is not None:
+                old = stored[0]
+                limit = min(len(old), len(row) - 1)   # generate needs >= 1 uncached token
+                while n < limit and old[n] == row[n]:
+                    n += 1
+            reuse.append(n)
+        past, width = max(reuse), max(len(r) - n for r, n in zip(ids, reuse))
+        pad = self.tokenizer.pad_token_id
+        rows, masks = [], []
+        for row, n in zip(ids, reuse):
+            seg = row[n:]
+            rows.append([pad] * (past - n) + row[:n] + [pad] * (width - len(seg)) + seg)
+            masks.append([0] * (past - n) + [1] * n + [0] * (width - len(seg)) + [1] * len(seg))
+        enc = {"input_ids": torch.tensor(rows), "attention_mask": torch.tensor(masks), "reused": reuse}
+        if past == 0:
+            return idx, enc, None
+        from transformers import DynamicCache
+
+        cache = DynamicCache()
+        (heads, dim), dtype = self._kv_shape, self.model.dtype
+        for layer in range(self.n_layers):
+            ks, vs = [], []
+            for i, n in zip(idx, reuse):
+                lead = torch.zeros((1, heads, past - n, dim), dtype=dtype)   # masked left padding
+                if n:
+                    k, v = self._kv[keys[i]][1][layer]
+                    ks.append(torch.cat([lead, k[:, :, :n]], 2))
+                    vs.append(torch.cat([lead, v[:, :, :n]], 2))
+                else:
+                    ks.append(lead)
+                    vs.append(lead)
+            cache.update(torch.cat(ks), torch.cat(vs), layer)
+        return idx, enc, cache
+
+    def _store(self, idx, enc, out, gens: list[Generation], keys: list[Hashable]) -> None:
+        cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
+        if cache is None:
+            return
+        layers = [(l.keys, l.values) for l in cache.layers] if hasattr(cache, "layers") else list(
+            zip(cache.key_cache, cache.value_cache))
+        cache_len = layers[0][0].shape[2]
+        seq = out.sequences[:, :cache_len]
+        width = enc["input_ids"].shape[1]
+        mask = torch.cat([enc["attention_mask"], torch.ones(seq.shape[0], max(cache_len - width, 0),
+                                                            dtype=enc["attention_mask"].dtype)], 1)[:, :cache_len]
+        for row, (gen, key) in enumerate(zip(gens, keys)):
+            real = mask[row].nonzero().squeeze(-1)
+            n_prompt = int(enc["attention_mask"][row].sum())
+            # Fed generated tokens: all but the last step's; pads fed after a row finished are dropped.
+            keep = n_prompt + min(len(gen.token_ids), cache_len - width)
+            real = real[:keep]
+            self._kv[key] = (seq[row, real].tolist(),
+                             [(k[row:row + 1, :, real], v[row:row + 1, :, real]) for k, v in layers])
 
     def _resume_batch(self, state: PrefillState, chunk: dict, prompts: list[str]):
         """Extend a prefilled batch by each row's appended text (the response prefill)."""

@@ -31,7 +31,13 @@ def test_embedded_probe_read_does_not_change_generation(embedded_backend):
 
 def test_embedded_agent_runs_all_categories(embedded_backend):
     tasks = load_tasks("builtin", limit=6, difficulties=["easy", "medium"])  # hard 2-D lists: 2k-token prompts
-    trajs = Agent(embedded_backend, AgentConfig(mode="force", max_rounds=2, max_new_tokens=32)).run(tasks)
+    cfg = dict(mode="force", max_rounds=2, max_new_tokens=32)
+    trajs = Agent(embedded_backend, AgentConfig(**cfg)).run(tasks)
+    # Keeping each episode's KV cache between turns changes cost, never the trajectory.
+    fresh = Agent(embedded_backend, AgentConfig(**cfg, reuse_kv=False)).run(tasks)
+    assert [t["messages"] for t in trajs] == [t["messages"] for t in fresh]
+    assert sum(tr["cached_tokens"] for t in trajs for tr in t["turns"][1:]) > 0
+    assert all(tr["cached_tokens"] == 0 for t in fresh for tr in t["turns"])
     assert {t["category"] for t in trajs} == {"A", "B", "C"}
     for t in trajs:
         assert 1 <= t["rounds"] <= 2 and t["ended"] in {"answer", "max_rounds"}

@@ -51,7 +51,7 @@ class ScriptedBackend(Backend):
                 return script[min(n_assistant, len(script) - 1)]
         raise AssertionError(f"no script for prompt {prompt[:200]}")
 
-    def generate(self, prompts, params=None, *, prefill_state=None, return_logprobs=False):
+    def generate(self, prompts, params=None, *, prefill_state=None, return_logprobs=False, cache_keys=None):
         self.calls.append(list(prompts))
         if prefill_state is not None:
             assert prefill_state is self.last_prefill_state

