@@ -136,22 +136,20 @@ class HFBackend(Backend):
         return self.tokenizer(list(texts), return_tensors="pt", padding=True, add_special_tokens=False)
 
     def _chunks(self, prompts: Sequence[str]) -> list[list[int]]:
-        return self._bucket([len(self.tokenizer(p, add_special_tokens=False).input_ids) for p in prompts])
+        """Batches of prompt indices, sorted by length, so padding stays small.
 
-    def _bucket(self, lengths: Sequence[int], *, spread: float = 1.5, token_budget: int | None = None) -> list[list[int]]:
-        """Batches of row indices, sorted by length, so padding stays small.
-
-        A batch closes at ``max_batch_size`` rows, at ``token_budget`` padded tokens (default
-        ``max_batch_tokens``), or when the next row is over ``spread`` x the batch's shortest: a 2,300-token
-        2-D list prompt padded beside 350-token ones would multiply the prefill work (measured: 9 mixed
-        prompts, 58 s as one batch, 20 s bucketed). Callers put results back in input order.
+        A batch closes at ``max_batch_size`` rows, at ``max_batch_tokens`` padded tokens, or when the
+        next prompt is over 1.5x the batch's shortest: a 2,300-token 2-D list prompt padded beside
+        350-token ones would multiply the prefill work (measured: 9 mixed prompts, 58 s as one batch).
+        Results are returned in input order by the callers.
         """
-        budget = token_budget or self.max_batch_tokens
+        lengths = [len(self.tokenizer(p, add_special_tokens=False).input_ids) for p in prompts]
+        order = sorted(range(len(prompts)), key=lambda i: lengths[i])
         chunks: list[list[int]] = []
-        for i in sorted(range(len(lengths)), key=lambda i: lengths[i]):
+        for i in order:
             c = chunks[-1] if chunks else None
-            if (c is None or len(c) >= self.max_batch_size or (len(c) + 1) * lengths[i] > budget
-                    or lengths[i] > spread * max(lengths[c[0]], 1)):
+            if (c is None or len(c) >= self.max_batch_size or (len(c) + 1) * lengths[i] > self.max_batch_tokens
+                    or lengths[i] > 1.5 * lengths[c[0]]):
                 chunks.append([i])
             else:
                 c.append(i)
@@ -202,15 +200,8 @@ class HFBackend(Backend):
             torch.manual_seed(params.seed)
         kw = self._gen_kwargs(params)
         results: list[Generation | None] = [None] * len(prompts)
-        reused = [0] * len(prompts)
         if prefill_state is None and cache_keys is not None:
-            ids = [self.tokenizer(p, add_special_tokens=False).input_ids for p in prompts]
-            reused = [self._lcp(k, r) for k, r in zip(cache_keys, ids)]   # from earlier turns, for the record
-            self._extend_cache(ids, cache_keys)
-            # Every row now has all but its last token cached, so decoding runs as few, large batches;
-            # the cached past is masked padding, cheap next to the MLPs.
-            decode = self._bucket([len(r) for r in ids], spread=float("inf"), token_budget=4 * self.max_batch_tokens)
-            batches = [(idx, *self._merge([ids[i] for i in idx], [cache_keys[i] for i in idx])) for idx in decode]
+            batches = [self._reuse_batch(idx, prompts, cache_keys) for idx in self._chunks(prompts)]
         elif prefill_state is None:
             batches = [(idx, self._encode([prompts[i] for i in idx]), None) for idx in self._chunks(prompts)]
         else:
@@ -228,7 +219,7 @@ class HFBackend(Backend):
             for row, i in enumerate(idx):
                 results[i] = self._finish(new[row].tolist(), None if lp is None else lp[row].tolist(),
                                           int(n_prompt[row]), params.stop)
-                results[i].cached_tokens = reused[i]
+                results[i].cached_tokens = int(enc.get("reused", [0] * len(idx))[row])
             if cache_keys is not None:
                 self._store(idx, enc, out, [results[i] for i in idx], [cache_keys[i] for i in idx])
         return results  # type: ignore[return-value]
@@ -244,82 +235,52 @@ class HFBackend(Backend):
         for k in keys:
             self._kv.pop(k, None)
 
-    def _lcp(self, key: Hashable, row: list[int]) -> int:
-        """Tokens of ``row`` whose KV this key's cache holds (its longest common prefix), keeping at
-        least one uncached token because a forward pass needs an input."""
-        stored = self._kv.get(key)
-        if stored is None:
-            return 0
-        old, n = stored[0], 0
-        limit = min(len(old), len(row) - 1)
-        while n < limit and old[n] == row[n]:
-            n += 1
-        return n
-
-    def _merge(self, rows: list[list[int]], keys: list[Hashable]):
-        """One batch from rows whose caches have different lengths: cached parts left-padded with
-        masked zeros, uncached segments left-padded inside the sequence (mask 0)."""
-        reuse = [self._lcp(k, r) for k, r in zip(keys, rows)]
-        past, width = max(reuse), max(len(r) - n for r, n in zip(rows, reuse))
+    def _reuse_batch(self, idx: list[int], prompts: list[str], keys: Sequence[Hashable]):
+        ids = [self.tokenizer(prompts[i], add_special_tokens=False).input_ids for i in idx]
+        reuse = []
+        for i, row in zip(idx, ids):
+            stored = self._kv.get(keys[i])
+            n = 0
+            if stored is not None:
+                old = stored[0]
+                limit = min(len(old), len(row) - 1)   # generate needs >= 1 uncached token
+                while n < limit and old[n] == row[n]:
+                    n += 1
+            reuse.append(n)
+        past, width = max(reuse), max(len(r) - n for r, n in zip(ids, reuse))
         pad = self.tokenizer.pad_token_id
-        ids, masks = [], []
-        for row, n in zip(rows, reuse):
+        rows, masks = [], []
+        for row, n in zip(ids, reuse):
             seg = row[n:]
-            ids.append([pad] * (past - n) + row[:n] + [pad] * (width - len(seg)) + seg)
+            rows.append([pad] * (past - n) + row[:n] + [pad] * (width - len(seg)) + seg)
             masks.append([0] * (past - n) + [1] * n + [0] * (width - len(seg)) + [1] * len(seg))
-        enc = {"input_ids": torch.tensor(ids), "attention_mask": torch.tensor(masks), "reused": reuse, "past": past}
+        enc = {"input_ids": torch.tensor(rows), "attention_mask": torch.tensor(masks), "reused": reuse}
         if past == 0:
-            return enc, None
+            return idx, enc, None
         from transformers import DynamicCache
 
         cache = DynamicCache()
         (heads, dim), dtype = self._kv_shape, self.model.dtype
         for layer in range(self.n_layers):
             ks, vs = [], []
-            for key, n in zip(keys, reuse):
-                lead = torch.zeros((1, heads, past - n, dim), dtype=dtype)
+            for i, n in zip(idx, reuse):
+                lead = torch.zeros((1, heads, past - n, dim), dtype=dtype)   # masked left padding
                 if n:
-                    k, v = self._kv[key][1][layer]
+                    k, v = self._kv[keys[i]][1][layer]
                     ks.append(torch.cat([lead, k[:, :, :n]], 2))
                     vs.append(torch.cat([lead, v[:, :, :n]], 2))
                 else:
                     ks.append(lead)
                     vs.append(lead)
             cache.update(torch.cat(ks), torch.cat(vs), layer)
-        return enc, cache
-
-    @staticmethod
-    def _layers(cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        if hasattr(cache, "layers"):
-            return [(l.keys, l.values) for l in cache.layers]
-        return list(zip(cache.key_cache, cache.value_cache))   # transformers 4.x
-
-    def _extend_cache(self, ids: list[list[int]], keys: Sequence[Hashable]) -> None:
-        """Prefill, in length buckets, every row up to its last token and keep the result per key."""
-        from transformers import DynamicCache
-
-        targets = [row[:-1] for row in ids]
-        new = [len(t) - self._lcp(k, t + [None]) for t, k in zip(targets, keys)]
-        pending = [i for i, n in enumerate(new) if n > 0]
-        for group in self._bucket([new[i] for i in pending]):
-            rows = [pending[g] for g in group]
-            enc, cache = self._merge([ids[i] for i in rows], [keys[i] for i in rows])
-            # _merge keeps one uncached token per row; here that token is the one to leave out.
-            mask, past = enc["attention_mask"][:, :-1], enc["past"]
-            out = self.model(input_ids=enc["input_ids"][:, past:-1], attention_mask=mask,
-                             position_ids=_position_ids(mask)[:, past:], use_cache=True, logits_to_keep=1,
-                             **{self._cache_kw: cache if cache is not None else DynamicCache()})
-            layers = self._layers(getattr(out, "cache", None) or getattr(out, "past_key_values", None))
-            for r, i in enumerate(rows):
-                real = mask[r].nonzero().squeeze(-1)
-                self._kv[keys[i]] = (targets[i], [(k[r:r + 1, :, real], v[r:r + 1, :, real]) for k, v in layers])
-            del out, layers
+        return idx, enc, cache
 
     def _store(self, idx, enc, out, gens: list[Generation], keys: list[Hashable]) -> None:
         cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
         if cache is None:
             return
-        layers = self._layers(cache)
+        layers = [(l.keys, l.values) for l in cache.layers] if hasattr(cache, "layers") else list(
+            zip(cache.key_cache, cache.value_cache))
         cache_len = layers[0][0].shape[2]
         seq = out.sequences[:, :cache_len]
         width = enc["input_ids"].shape[1]
