@@ -57,7 +57,9 @@ def run(cfg: DictConfig) -> dict:
     agent = Agent(backend, agent_cfg)
     t0 = time.perf_counter()
     with tqdm(total=len(tasks), desc=f"rollout {agent_cfg.mode}", unit="task") as bar:
-        trajs = agent.run(tasks, on_done=lambda _: bar.update(1))
+        # Episodes finish together at max_rounds when a policy never answers: show rounds as they pass.
+        trajs = agent.run(tasks, on_done=lambda _: bar.update(1),
+                          on_round=lambda step, n: bar.set_postfix(round=step, in_flight=n))
     wall = time.perf_counter() - t0
     write_jsonl(out_dir / "trajectories.jsonl", trajs)
     summary = {**summarize(trajs), "wall_s": round(wall, 2), "policy": backend.fingerprint, "mode": agent_cfg.mode,

@@ -96,8 +96,10 @@ class Agent:
         self._uid = 0
 
     # ------------------------------------------------------------------ public
-    def run(self, tasks: Sequence[Task], on_done: Callable[[dict], None] | None = None) -> list[dict]:
-        """Run every task to completion; returns trajectory records in task order."""
+    def run(self, tasks: Sequence[Task], on_done: Callable[[dict], None] | None = None,
+            on_round: Callable[[int, int], None] | None = None) -> list[dict]:
+        """Run every task to completion; returns trajectory records in task order. ``on_done`` gets each
+        finished record; ``on_round(step, episodes_in_flight)`` is called after every batched round."""
         queue = list(enumerate(tasks))[::-1]
         active: list[_Episode] = []
         out: list[dict | None] = [None] * len(tasks)
@@ -108,6 +110,8 @@ class Agent:
                 active.append(self._start(task, i))
             self._round(active, step)
             step += 1
+            if on_round:
+                on_round(step, len(active))
             still = []
             for ep in active:
                 if ep.ended is None:

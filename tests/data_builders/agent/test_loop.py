@@ -150,8 +150,11 @@ def test_many_tasks_are_batched_together():
 def test_in_flight_cap_refills_from_queue():
     tasks = [calc_task(i, f"{i}+{i}", str(2 * i)) for i in range(1, 6)]
     scripts = {f"{i}+{i}": [f"\\boxed{{{2 * i}}}"] for i in range(1, 6)}
-    trajs, backend = run(scripts, tasks, max_in_flight=2)
+    backend = ScriptedBackend(scripts)
+    rounds = []
+    trajs = Agent(backend, AgentConfig(max_in_flight=2)).run(tasks, on_round=lambda s, n: rounds.append((s, n)))
     assert [len(c) for c in backend.calls] == [2, 2, 1] and all(t["correct"] for t in trajs)
+    assert rounds == [(1, 2), (2, 2), (3, 1)]
 
 
 class ProbeHooks(Hooks):
