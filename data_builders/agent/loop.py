@@ -166,12 +166,12 @@ class Agent:
                     for k, (ep, p) in enumerate(zip(probe_eps, probe_prompts))]
             gens = self.backend.generate(full, params, prefill_state=state, return_logprobs=cfg.logprobs,
                                          cache_keys=self._keys(probe_eps))
-            self._apply(probe_eps, full, gens, time.perf_counter() - t0)
+            self._apply(probe_eps, gens, time.perf_counter() - t0)
         if plain_eps:
             t0 = time.perf_counter()
             gens = self.backend.generate(plain_prompts, params, return_logprobs=cfg.logprobs,
                                          cache_keys=self._keys(plain_eps))
-            self._apply(plain_eps, plain_prompts, gens, time.perf_counter() - t0)
+            self._apply(plain_eps, gens, time.perf_counter() - t0)
 
     def _keys(self, eps: list[_Episode]) -> list[int] | None:
         return [ep.uid for ep in eps] if self.cfg.reuse_kv else None
@@ -183,8 +183,8 @@ class Agent:
         ep.prefilled = bool(prefill)
         return ep.prefill_text
 
-    def _apply(self, eps: list[_Episode], prompts: list[str], gens, wall_s: float) -> None:
-        for ep, prompt, gen in zip(eps, prompts, gens):
+    def _apply(self, eps: list[_Episode], gens, wall_s: float) -> None:
+        for ep, gen in zip(eps, gens):
             prefill_text = ep.prefill_text if ep.round == 0 else ""
             raw = prefill_text + gen.text
             prev_ctx = ep.turns[-1]["context_len"] + ep.turns[-1]["decode_tokens"] if ep.turns else 0
