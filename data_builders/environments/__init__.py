@@ -8,14 +8,32 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import inspect
+import pkgutil
+from importlib import import_module
+
 from .base import ToolEnvironment, serialize
 from .calculator import CalculatorEnv
 from .historical_year import HistoricalYearEnv
 from .list_manipulation import ListManipulationEnv
 
-ENVIRONMENTS: dict[str, type[ToolEnvironment]] = {
-    cls.name: cls for cls in (CalculatorEnv, HistoricalYearEnv, ListManipulationEnv)
-}
+
+def _discover() -> dict[str, type[ToolEnvironment]]:
+    """Every ToolEnvironment subclass defined in a module of this package, by its schema name.
+
+    Discovery (rather than a hand-kept list) means adding an environment is adding one module."""
+    found: dict[str, type[ToolEnvironment]] = {}
+    for info in pkgutil.iter_modules(__path__):
+        module = import_module(f"{__name__}.{info.name}")
+        for _, cls in inspect.getmembers(module, inspect.isclass):
+            if issubclass(cls, ToolEnvironment) and cls is not ToolEnvironment and cls.__module__ == module.__name__:
+                if cls.name in found and found[cls.name] is not cls:
+                    raise RuntimeError(f"two environments named {cls.name}")
+                found[cls.name] = cls
+    return dict(sorted(found.items()))
+
+
+ENVIRONMENTS: dict[str, type[ToolEnvironment]] = _discover()
 
 
 def make_environment(spec: Any) -> ToolEnvironment:

@@ -1,0 +1,4 @@
+"""The When2Tool oracle (SPEC §8): a mechanical policy, its accuracy report and its SFT export."""
+from .core import NON_DETERMINISTIC, OracleParseError, OracleRun, OracleStep, run_oracle
+
+__all__ = ["NON_DETERMINISTIC", "OracleParseError", "OracleRun", "OracleStep", "run_oracle"]

@@ -1,0 +1,65 @@
+"""The oracle (SPEC §8) on every task it can solve: When2Tool's own files when ../shared is present,
+and the built-in generators always. Deterministic environments must be exact; the others are
+reported by the oracle command but only need to run without errors here."""
+from __future__ import annotations
+
+import json
+from collections import Counter
+from functools import lru_cache
+
+import pytest
+
+from data_builders.oracle import run_oracle
+from data_builders.oracle.solvers import SOLVERS
+from data_builders.tasks import load_tasks
+from data_builders.tasks.schema import Task
+from tests.conftest import SHARED
+
+DATA = SHARED / "data" / "when2tool"
+FILES = {
+    "tasks_v1_train.json": "train", "tasks_v1_test.json": "test",
+    "tasks_v1_multihop_train.json": "train", "tasks_v1_multihop_test.json": "test",
+}
+
+
+@lru_cache(maxsize=None)
+def _file_tasks(name: str) -> tuple[Task, ...]:
+    path = DATA / name
+    if not path.is_file():
+        pytest.skip(f"When2Tool data not available at {path}")
+    records = json.loads(path.read_text(encoding="utf-8"))
+    return tuple(Task.from_dict(r, source=name, index=i, split=FILES[name]) for i, r in enumerate(records))
+
+
+def _check(tasks) -> Counter:
+    solved, failures = Counter(), []
+    for task in tasks:
+        if (task.env.name, task.multi_step) not in SOLVERS:
+            continue
+        run = run_oracle(task)
+        solved[task.env.name] += 1
+        if run.error and run.deterministic:
+            failures.append((task.id, run.error))
+        elif run.deterministic and not run.correct:
+            failures.append((task.id, f"answer {run.answer!r} != gold {task.answer!r}"))
+    assert not failures, f"{len(failures)} oracle failures, first: {failures[:5]}"
+    return solved
+
+
+@pytest.mark.parametrize("name", sorted(FILES))
+def test_oracle_exact_on_when2tool_files(name):
+    solved = _check(_file_tasks(name))
+    assert solved, "no solver for any environment in the file"
+
+
+@pytest.mark.parametrize("split", ["train", "test"])
+def test_oracle_exact_on_builtin_tasks(split):
+    solved = _check(load_tasks("builtin", split=split, n_per_cell=10))
+    assert sum(solved.values()) == 10 * 3 * len(solved)
+
+
+def test_oracle_reports_unparseable_instruction_instead_of_raising():
+    task = load_tasks("builtin", split="test", limit=1, envs=["CalculatorEnv"])[0]
+    broken = Task.from_dict({**task.to_dict(), "instruction": "What is the answer?"})
+    run = run_oracle(broken)
+    assert run.answer is None and run.error and not run.correct
