@@ -21,19 +21,13 @@ from recipes import CONFIG_DIR
 from .agent.loop import Agent, AgentConfig
 from .agent.trajectory import summarize, write_jsonl
 from .backends.loading import load_backend
-from .tasks import load_tasks
+from .tasks import tasks_from_config
 
 
 def backend_from_config(model: DictConfig):
     return load_backend(model.name, gguf_file=model.get("gguf_file"), adapter=model.get("adapter"),
                         dtype=model.get("dtype", "float32"), max_batch_size=model.get("max_batch_size", 32),
                         max_batch_tokens=model.get("max_batch_tokens", 16384))
-
-
-def tasks_from_config(cfg: DictConfig):
-    t = cfg.tasks
-    return load_tasks(t.source, split=cfg.split, limit=cfg.limit, envs=t.get("envs"),
-                      difficulties=t.get("difficulties"), n_per_cell=t.get("n_per_cell", 20), seed=t.get("seed", 0))
 
 
 def summary_table(trajs: list[dict]) -> str:

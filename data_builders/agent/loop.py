@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import asdict, dataclass, field
-from typing import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
 
 from ..backends.base import Backend, SamplingParams
 from ..environments import make_environment
@@ -128,20 +128,14 @@ class Agent:
     # ------------------------------------------------------------------ episode set-up
     def _start(self, task: Task, index: int) -> _Episode:
         env = make_environment(task.env)
-        messages = [{"role": "system", "content": P.system_prompt(self.call_format)}]
-        if task.env.name == "ListManipulationEnv":
-            messages.append({"role": "system", "content": P.LIST_FORMAT_CONTRACT})
-        messages.append({"role": "user", "content": P.user_prompt(task.instruction, self.cfg.mode, self.cfg.reasoning)})
+        messages = P.initial_messages(task.instruction, task.env.name, self.cfg.mode, self.cfg.reasoning,
+                                      self.call_format)
         self._uid += 1
         return _Episode(task=task, index=index, env=env, tools=env.tool_specs(), messages=messages,
                         rounds_budget=self.cfg.max_rounds, uid=self._uid)
 
     def _render(self, ep: _Episode) -> str:
-        msgs = ep.messages
-        # Templates that allow one system message: merge the format contract into the first one.
-        if len(msgs) > 1 and msgs[1]["role"] == "system":
-            msgs = [{"role": "system", "content": msgs[0]["content"] + "\n\n" + msgs[1]["content"]}] + msgs[2:]
-        return self.backend.render(msgs, ep.tools)
+        return self.backend.render(P.template_messages(ep.messages), ep.tools)
 
     # ------------------------------------------------------------------ one round for all active episodes
     def _round(self, active: list[_Episode], step: int) -> None:

@@ -5,6 +5,8 @@ user reproducing the paper exactly can swap this one module's constants.
 """
 from __future__ import annotations
 
+import json
+
 MODES = ("force", "default", "necessary", "sparse", "no_tool", "hard_no_tool")
 # When2Tool's names for the same modes, accepted as aliases.
 MODE_ALIASES = {"force_tool": "force", "current": "default", "necessary_tool": "necessary", "sparse_tool": "sparse"}
@@ -79,3 +81,32 @@ def tool_response_message(payload_json: str, call_format: str) -> dict:
     if call_format == "native":
         return {"role": "tool", "content": payload_json}
     return {"role": "user", "content": f"<tool_response>\n{payload_json}\n</tool_response>"}
+
+
+def initial_messages(instruction: str, env_name: str, mode: str, reasoning: bool, call_format: str) -> list[dict]:
+    """SPEC §5.2: the system prompt, ListManipulation's format contract, and the user message with its policy."""
+    messages = [{"role": "system", "content": system_prompt(call_format)}]
+    if env_name == "ListManipulationEnv":
+        messages.append({"role": "system", "content": LIST_FORMAT_CONTRACT})
+    messages.append({"role": "user", "content": user_prompt(instruction, mode, reasoning)})
+    return messages
+
+
+def template_messages(messages: list[dict]) -> list[dict]:
+    """The message list a chat template sees: a second leading system message (the format contract) is
+    merged into the first, since many templates accept only one system message."""
+    if len(messages) > 1 and messages[0]["role"] == "system" and messages[1]["role"] == "system":
+        merged = {"role": "system", "content": messages[0]["content"] + "\n\n" + messages[1]["content"]}
+        return [merged] + list(messages[2:])
+    return list(messages)
+
+
+def tool_call_text(name: str, arguments: dict, call_format: str) -> str:
+    """The canonical assistant text of one tool call, which ``parsing.parse_tool_call`` reads back.
+
+    xml: one ``<tool_call>`` block with a JSON object (SPEC §5.2). native: Llama 3.1's JSON
+    convention ``{"name": ..., "parameters": {...}}``.
+    """
+    if call_format == "native":
+        return json.dumps({"name": name, "parameters": arguments}, ensure_ascii=False)
+    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False) + "\n</tool_call>"

@@ -1,6 +1,7 @@
 """Task sources. Every source yields :class:`~data_builders.tasks.schema.Task` (When2Tool schema).
 
 ``builtin``: deterministic generators shipped with toolwise (no external files; a fresh clone has tasks).
+``when2tool``: the benchmark's task files from a directory (``path=``), else the hub dataset.
 """
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ from typing import Sequence
 
 from .schema import DIFFICULTIES, ENV_CATEGORY, EnvSpec, Task, TaskFormatError
 
-__all__ = ["Task", "EnvSpec", "TaskFormatError", "ENV_CATEGORY", "load_tasks", "interleave", "TASK_SOURCES"]
+__all__ = ["Task", "EnvSpec", "TaskFormatError", "ENV_CATEGORY", "load_tasks", "interleave", "tasks_from_config",
+           "TASK_SOURCES"]
 
-TASK_SOURCES = ("builtin",)
+TASK_SOURCES = ("builtin", "when2tool")
 
 
 def interleave(tasks: Sequence[Task]) -> list[Task]:
@@ -30,11 +32,20 @@ def interleave(tasks: Sequence[Task]) -> list[Task]:
 
 def load_tasks(source: str = "builtin", *, split: str = "test", limit: int | None = None,
                envs: Sequence[str] | None = None, difficulties: Sequence[str] | None = None,
-               n_per_cell: int = 20, seed: int = 0) -> list[Task]:
+               n_per_cell: int = 20, seed: int = 0, path: str | None = None, hops: str = "both",
+               hub_id: str | None = None, revision: str | None = None) -> list[Task]:
+    """Tasks of one split from a source, filtered, interleaved over (difficulty, environment), cut to ``limit``.
+
+    ``n_per_cell``/``seed`` apply to ``builtin``; ``path``/``hops``/``hub_id``/``revision`` to ``when2tool``.
+    """
     if source == "builtin":
         from .builtin import generate_builtin
 
         tasks = generate_builtin(split, n_per_cell=n_per_cell, seed=seed, envs=envs)
+    elif source == "when2tool":
+        from .when2tool import HUB_ID, load_when2tool
+
+        tasks = load_when2tool(split, path=path, hops=hops, hub_id=hub_id or HUB_ID, revision=revision)
     else:
         raise ValueError(f"unknown task source {source!r}; known: {TASK_SOURCES}")
     if envs:
@@ -43,3 +54,13 @@ def load_tasks(source: str = "builtin", *, split: str = "test", limit: int | Non
         tasks = [t for t in tasks if t.difficulty in set(difficulties)]
     tasks = interleave(tasks)
     return tasks[:limit] if limit else tasks
+
+
+def tasks_from_config(cfg) -> list[Task]:
+    """Tasks for a Hydra run: the ``tasks`` group's ``source`` picks the loader, its other keys are the
+    loader's keyword arguments; ``split`` and ``limit`` come from the run's top level."""
+    from omegaconf import OmegaConf
+
+    options = OmegaConf.to_container(cfg.tasks, resolve=True)
+    source = options.pop("source")
+    return load_tasks(source, split=cfg.split, limit=cfg.get("limit"), **options)

@@ -125,7 +125,8 @@ class Task:
         sp = rec.get("split", split)
         if sp is None:
             raise TaskFormatError(source, where, "split", "missing and not given by the source")
-        category = rec.get("category") or ENV_CATEGORY.get(envs[0].name, "other")
+        # Multi-hop tasks are When2Tool's fourth group, reported apart from A/B/C.
+        category = rec.get("category") or ("M" if multi_step else ENV_CATEGORY.get(envs[0].name, "other"))
         return cls(
             id=tid, instruction=instruction, environments=tuple(envs),
             expected={**expected, "answer": str(expected["answer"])}, difficulty=difficulty,

@@ -1,0 +1,136 @@
+"""Oracle trajectories as chat-format SFT data (for ``recipe=tool_sft``).
+
+``python -m data_builders.oracle.sft tasks=builtin split=train`` (or ``tasks=when2tool tasks.path=<dir>``)
+writes ``sft_<split>.parquet`` with one conversation per row:
+
+* ``kind="tool"``: system (+ ListManipulation contract) with the tools, the user message in the chosen
+  prompt mode, one assistant tool call per oracle step (the canonical text ``prompts.tool_call_text``)
+  each followed by the real tool response, and a final ``\\boxed{answer}``;
+* ``kind="direct"``: the same prompt answered directly with ``\\boxed{gold}``, for tasks in the
+  configured "no tool needed" cells (default: the easy tier, which When2Tool designs to be solvable
+  without tools). The mixture of the two kinds is chosen by the SFT recipe, not here.
+
+Messages are built with the agent's own prompt functions and merged as the agent merges them before
+templating, so training sees exactly the text the agent shows at run time. Test tasks are refused:
+nothing from a test split may enter training data.
+"""
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from ..agent import prompts as P
+from ..environments import make_environment
+from ..environments.base import serialize
+from ..tasks.schema import Task
+from .core import OracleRun, run_oracle
+
+
+class SplitLeakError(ValueError):
+    """A test task was offered for training data."""
+
+
+def _teacher_answer(run: OracleRun) -> str | None:
+    """The answer a demonstration may end with: the oracle's when correct; for reading tasks the oracle
+    misread, the gold when it appears verbatim in a tool result (a careful reader gets it); else None."""
+    if run.correct:
+        return run.answer
+    if run.error is None or run.steps:
+        gold = run.task.answer
+        if gold and any(gold.lower() in serialize(s.result).lower() for s in run.steps):
+            return gold
+    return None
+
+
+def tool_example(run: OracleRun, mode: str, reasoning: bool, call_format: str) -> dict | None:
+    answer = _teacher_answer(run)
+    if answer is None or not run.steps:
+        return None
+    task = run.task
+    messages = P.initial_messages(task.instruction, task.env.name, mode, reasoning, call_format)
+    for step in run.steps:
+        messages.append({"role": "assistant", "content": P.tool_call_text(step.name, step.arguments, call_format)})
+        messages.append(P.tool_response_message(serialize(step.result), call_format))
+    messages.append({"role": "assistant", "content": f"\\boxed{{{answer}}}"})
+    return _row(task, messages, "tool", mode, len(run.steps))
+
+
+def direct_example(task: Task, mode: str, reasoning: bool, call_format: str) -> dict:
+    messages = P.initial_messages(task.instruction, task.env.name, mode, reasoning, call_format)
+    messages.append({"role": "assistant", "content": f"\\boxed{{{task.answer}}}"})
+    return _row(task, messages, "direct", mode, 0)
+
+
+def _row(task: Task, messages: list[dict], kind: str, mode: str, n_calls: int) -> dict:
+    tools = make_environment(task.env).tool_specs()
+    return {
+        "messages": P.template_messages(messages),
+        "tools": json.dumps(tools, ensure_ascii=False),  # a JSON string: tool schemas differ in shape per env
+        "task_id": str(task.id), "env": task.env.name, "difficulty": task.difficulty, "category": task.category,
+        "multi_step": task.multi_step, "split": task.split, "kind": kind, "mode": mode, "n_calls": n_calls,
+    }
+
+
+def build_examples(tasks: Iterable[Task], *, modes: Sequence[str] = ("default",), reasoning: bool = False,
+                   call_format: str = "xml", direct_difficulties: Sequence[str] = ("easy",),
+                   direct_envs: Sequence[str] | None = None) -> tuple[list[dict], Counter]:
+    """Rows for every task and mode, plus counts of what was kept and dropped."""
+    rows, counts = [], Counter()
+    for task in tasks:
+        if task.split != "train":
+            raise SplitLeakError(f"task {task.id} is from the {task.split!r} split; SFT data is built from train only")
+        run = run_oracle(task)
+        for mode in modes:
+            ex = tool_example(run, mode, reasoning, call_format)
+            counts["tool" if ex else "dropped_tool"] += 1
+            if ex:
+                rows.append(ex)
+            if task.difficulty in direct_difficulties and (direct_envs is None or task.env.name in direct_envs) \
+                    and not task.multi_step:
+                rows.append(direct_example(task, mode, reasoning, call_format))
+                counts["direct"] += 1
+    return rows, counts
+
+
+def write_parquet(rows: list[dict], path: str | Path) -> Path:
+    from datasets import Dataset
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp.parquet")
+    Dataset.from_list(rows).to_parquet(str(tmp))
+    tmp.replace(path)  # atomic: a crash never leaves a half-written training file
+    return path
+
+
+def main() -> None:
+    import hydra
+    from omegaconf import DictConfig, OmegaConf
+
+    from recipes import CONFIG_DIR
+
+    from ..tasks import tasks_from_config
+
+    @hydra.main(config_path=CONFIG_DIR, config_name="sft_data", version_base="1.3")
+    def _main(cfg: DictConfig) -> None:
+        if cfg.split != "train":
+            raise SplitLeakError(f"split={cfg.split}: SFT data is built from train tasks only")
+        tasks = tasks_from_config(cfg)
+        rows, counts = build_examples(
+            tasks, modes=list(cfg.modes), reasoning=cfg.reasoning, call_format=cfg.call_format,
+            direct_difficulties=list(cfg.direct.difficulties),
+            direct_envs=list(cfg.direct.envs) if cfg.direct.envs else None)
+        out = write_parquet(rows, Path(cfg.out_dir) / f"sft_{cfg.split}.parquet")
+        manifest = {"rows": len(rows), "counts": dict(counts), "tasks": len(tasks),
+                    "config": OmegaConf.to_container(cfg, resolve=True)}
+        (out.parent / "manifest.json").write_text(json.dumps(manifest, indent=2))
+        print(f"sft_rows={len(rows)} tool={counts['tool']} direct={counts['direct']} "
+              f"dropped={counts['dropped_tool']} tasks={len(tasks)} out={out}")
+
+    _main()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,61 @@
+"""SFT data from oracle runs: demonstrations the real agent loop accepts turn by turn, train split only."""
+from __future__ import annotations
+
+import json
+
+import pyarrow.parquet as pq
+import pytest
+
+from data_builders.agent import prompts as P
+from data_builders.agent.loop import Agent, AgentConfig
+from data_builders.oracle.sft import SplitLeakError, build_examples, write_parquet
+from data_builders.tasks import load_tasks
+from tests.data_builders.agent.test_loop import ScriptedBackend
+
+
+@pytest.fixture(scope="module")
+def train_tasks():
+    return load_tasks("builtin", split="train", n_per_cell=3)
+
+
+def test_test_tasks_never_become_training_data():
+    with pytest.raises(SplitLeakError, match="test"):
+        build_examples(load_tasks("builtin", split="test", limit=2))
+
+
+def test_rows_cover_every_task_and_direct_answers_only_easy(train_tasks):
+    rows, counts = build_examples(train_tasks)
+    tool = [r for r in rows if r["kind"] == "tool"]
+    direct = [r for r in rows if r["kind"] == "direct"]
+    assert counts["dropped_tool"] == 0 and len(tool) == len(train_tasks)
+    assert {r["difficulty"] for r in direct} == {"easy"}
+    assert len(direct) == sum(t.difficulty == "easy" for t in train_tasks)
+    for r in rows:
+        assert r["split"] == "train"
+        assert r["messages"][0]["role"] == "system" and r["messages"][-1]["content"].startswith("\\boxed{")
+        assert sum(m["role"] == "system" for m in r["messages"]) == 1  # contract merged as the agent does
+        assert json.loads(r["tools"])[0]["type"] == "function"
+
+
+def test_demonstrations_replay_through_the_agent_loop_unchanged(train_tasks):
+    """Feed each demonstration's assistant turns to the real agent: every call is accepted and executed,
+    the tool responses match the recorded ones, and the final answer is scored correct."""
+    rows, _ = build_examples(train_tasks)
+    by_task = {t.id: t for t in train_tasks}
+    tool_rows = [r for r in rows if r["kind"] == "tool"]
+    scripts = {json.dumps(by_task[r["task_id"]].instruction)[1:-1]: [m["content"] for m in r["messages"]
+                                                                     if m["role"] == "assistant"]
+               for r in tool_rows}
+    agent = Agent(ScriptedBackend(scripts), AgentConfig(mode="default", max_rounds=6))
+    trajs = {t["task_id"]: t for t in agent.run([by_task[r["task_id"]] for r in tool_rows])}
+    for r in tool_rows:
+        traj = trajs[r["task_id"]]
+        assert traj["correct"], (r["task_id"], traj["final_answer"])
+        assert traj["tool_calls"] == r["n_calls"] and traj["format_errors"] == 0
+        assert P.template_messages(traj["messages"]) == r["messages"]
+
+
+def test_parquet_round_trip(tmp_path, train_tasks):
+    rows, _ = build_examples(train_tasks[:4])
+    path = write_parquet(rows, tmp_path / "sft_train.parquet")
+    assert pq.read_table(path).to_pylist() == rows
