@@ -10,7 +10,8 @@ from typing import Sequence
 
 from .schema import DIFFICULTIES, ENV_CATEGORY, EnvSpec, Task, TaskFormatError
 
-__all__ = ["Task", "EnvSpec", "TaskFormatError", "ENV_CATEGORY", "load_tasks", "interleave", "tasks_from_config",
+__all__ = ["Task", "EnvSpec", "TaskFormatError", "ENV_CATEGORY", "load_tasks", "interleave", "stratified_sample",
+           "tasks_from_config",
            "TASK_SOURCES"]
 
 TASK_SOURCES = ("builtin", "when2tool")
@@ -18,12 +19,23 @@ TASK_SOURCES = ("builtin", "when2tool")
 
 def interleave(tasks: Sequence[Task]) -> list[Task]:
     """Round-robin over (difficulty, environment) cells, keeping each cell's order, so that any prefix
-    (``limit=32``) covers every cell as evenly as possible and a prefix of 3 already spans A, B and C."""
-    cells: dict[tuple[str, str], list[Task]] = defaultdict(list)
+    (``limit=32``) covers every cell as evenly as possible. Within a difficulty the cells alternate
+    between categories (A, B, C, multi-hop), so a prefix of 3 already spans A, B and C."""
+    cells: dict[tuple[str, str, bool], list[Task]] = defaultdict(list)
     for t in tasks:
-        cells[(t.env.name, t.difficulty)].append(t)
-    rank = {d: i for i, d in enumerate(DIFFICULTIES)}
-    queues = [cells[k] for k in sorted(cells, key=lambda k: (rank.get(k[1], 9), k[0]))]
+        cells[(t.difficulty, t.env.name, t.multi_step)].append(t)
+    env_rank = {name: i for i, name in enumerate(ENV_CATEGORY)}
+    diff_rank = {d: i for i, d in enumerate(DIFFICULTIES)}
+
+    def order(key: tuple[str, str, bool]) -> tuple:
+        difficulty, env, multi = key
+        category = cells[key][0].category
+        # position of this env among the envs of its category, then the category: A1 B1 C1 M1 A2 B2 ...
+        same_cat = sorted({k[1:] for k in cells if k[0] == difficulty and cells[k][0].category == category},
+                          key=lambda e: (env_rank.get(e[0], 99), e))
+        return diff_rank.get(difficulty, 9), same_cat.index((env, multi)), category
+
+    queues = [cells[k] for k in sorted(cells, key=order)]
     out: list[Task] = []
     for depth in range(max((len(q) for q in queues), default=0)):
         out.extend(q[depth] for q in queues if depth < len(q))
@@ -33,10 +45,13 @@ def interleave(tasks: Sequence[Task]) -> list[Task]:
 def load_tasks(source: str = "builtin", *, split: str = "test", limit: int | None = None,
                envs: Sequence[str] | None = None, difficulties: Sequence[str] | None = None,
                n_per_cell: int = 20, seed: int = 0, path: str | None = None, hops: str = "both",
-               hub_id: str | None = None, revision: str | None = None) -> list[Task]:
+               hub_id: str | None = None, revision: str | None = None, per_cell: int | None = None,
+               sample_seed: int = 0) -> list[Task]:
     """Tasks of one split from a source, filtered, interleaved over (difficulty, environment), cut to ``limit``.
 
     ``n_per_cell``/``seed`` apply to ``builtin``; ``path``/``hops``/``hub_id``/``revision`` to ``when2tool``.
+    ``per_cell=k`` keeps a stratified subsample: k tasks drawn (seeded by ``sample_seed``) from every
+    (environment, difficulty, hops) cell, for runs too expensive for the whole split.
     """
     if source == "builtin":
         from .builtin import generate_builtin
@@ -52,8 +67,26 @@ def load_tasks(source: str = "builtin", *, split: str = "test", limit: int | Non
         tasks = [t for t in tasks if t.env.name in set(envs)]
     if difficulties:
         tasks = [t for t in tasks if t.difficulty in set(difficulties)]
+    if per_cell is not None:
+        tasks = stratified_sample(tasks, per_cell, sample_seed)
     tasks = interleave(tasks)
     return tasks[:limit] if limit else tasks
+
+
+def stratified_sample(tasks: Sequence[Task], per_cell: int, seed: int = 0) -> list[Task]:
+    """``per_cell`` tasks from each (environment, difficulty, multi_step) cell, chosen by a seeded shuffle;
+    the result keeps the input order. Cells smaller than ``per_cell`` are kept whole."""
+    import random
+
+    cells: dict[tuple, list[int]] = defaultdict(list)
+    for i, t in enumerate(tasks):
+        cells[(t.env.name, t.difficulty, t.multi_step)].append(i)
+    keep: set[int] = set()
+    for key in sorted(cells):
+        idx = cells[key]
+        random.Random(f"{seed}:{key}").shuffle(idx)
+        keep.update(idx[:per_cell])
+    return [t for i, t in enumerate(tasks) if i in keep]
 
 
 def tasks_from_config(cfg) -> list[Task]:

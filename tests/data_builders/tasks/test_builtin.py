@@ -10,11 +10,15 @@ from pathlib import Path
 import pytest
 
 from data_builders.tasks.builtin import BUILTIN_ENVS, generate_builtin, load_historical_facts
-from data_builders.tasks.schema import DIFFICULTIES, Task
+from data_builders.tasks.generators import GENERATORS
+from data_builders.tasks.schema import DIFFICULTIES, ENV_CATEGORY, Task
 
 N = 20
-ENV_TAG = {"CalculatorEnv": "calculator", "HistoricalYearEnv": "historical_year", "ListManipulationEnv": "list"}
-CATEGORY = {"CalculatorEnv": "A", "HistoricalYearEnv": "B", "ListManipulationEnv": "C"}
+# When2Tool env_tags (SPEC §1.2), in env_no order.
+W2T_TAGS = dict(zip(ENV_CATEGORY, ["calculator", "statistics", "counting", "matrix", "prime", "retrieval",
+                                   "historical_year", "game_rule", "hash", "decoding", "list", "datetime",
+                                   "code_executor", "schedule", "regex_match"]))
+ENV_TAG = {env: gen.tag for env, gen in GENERATORS.items()}
 TOOLS = {
     ("CalculatorEnv", d): ["evaluate_expression", "get_last_result", "clear_last_result"] for d in DIFFICULTIES
 } | {("HistoricalYearEnv", d): ["lookup_year"] for d in DIFFICULTIES} | {
@@ -45,6 +49,13 @@ def cell(ts, env, difficulty):
 # --------------------------------------------------------------------------- contract
 
 
+def test_registry_is_in_env_no_order_with_when2tool_tags():
+    assert list(BUILTIN_ENVS) == [e for e in ENV_CATEGORY if e in GENERATORS]
+    for env, gen in GENERATORS.items():
+        assert gen.env == env and gen.tag == W2T_TAGS[env]
+    assert {"CalculatorEnv", "HistoricalYearEnv", "ListManipulationEnv"} <= set(BUILTIN_ENVS)
+
+
 def test_counts_order_and_ids(tasks):
     for split, ts in tasks.items():
         assert len(ts) == len(BUILTIN_ENVS) * len(DIFFICULTIES) * N
@@ -61,12 +72,14 @@ def test_schema_fields(tasks):
         for t in ts:
             assert isinstance(t, Task)
             assert len(t.environments) == 1
-            assert list(t.env.tools) == TOOLS[(t.env.name, t.difficulty)]
+            assert list(t.env.tools) == list(GENERATORS[t.env.name].tools(t.difficulty))
+            if (t.env.name, t.difficulty) in TOOLS:
+                assert list(t.env.tools) == TOOLS[(t.env.name, t.difficulty)]
             assert t.tags == (ENV_TAG[t.env.name], "single_round")
-            assert t.category == CATEGORY[t.env.name]
+            assert t.category == ENV_CATEGORY[t.env.name]
             assert t.split == split and t.multi_step is False and t.expected_steps == 1
             assert isinstance(t.expected["answer"], str) and t.answer == t.expected["answer"]
-            if t.env.name != "HistoricalYearEnv":
+            if t.env.name in ("CalculatorEnv", "ListManipulationEnv"):
                 assert t.env.parameters == {}
 
 
@@ -97,10 +110,11 @@ def test_smaller_request_is_a_prefix_and_envs_filter_is_independent():
 
 
 def test_splits_disjoint_across_seeds():
-    train = [t for s in (0, 1, 2) for t in generate_builtin("train", n_per_cell=30, seed=s)]
-    test = [t for s in (0, 1, 2) for t in generate_builtin("test", n_per_cell=30, seed=s)]
+    sampled = ["CalculatorEnv", "ListManipulationEnv"]
+    train = [t for s in (0, 1, 2) for t in generate_builtin("train", n_per_cell=30, seed=s, envs=sampled)]
+    test = [t for s in (0, 1, 2) for t in generate_builtin("test", n_per_cell=30, seed=s, envs=sampled)]
     assert not {t.instruction for t in train} & {t.instruction for t in test}
-    for ts in (train[:270], test[:270]):  # one seed: no duplicates inside a cell that the pools can fill
+    for ts in (train[:180], test[:180]):  # one seed: no duplicates inside a cell that the pools can fill
         for e in ("CalculatorEnv", "ListManipulationEnv"):
             for d in DIFFICULTIES:
                 instr = [t.instruction for t in cell(ts, e, d)]
@@ -126,7 +140,7 @@ def test_no_tasks_and_bad_arguments():
     with pytest.raises(ValueError):
         generate_builtin("validation")
     with pytest.raises(ValueError):
-        generate_builtin("train", envs=["RetrieverEnv"])
+        generate_builtin("train", envs=["NoSuchEnv"])
     with pytest.raises(ValueError):
         generate_builtin("train", n_per_cell=-1)
 

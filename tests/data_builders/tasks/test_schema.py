@@ -49,8 +49,21 @@ def test_missing_split_is_an_error_unless_the_source_gives_it():
 def test_interleave_prefix_covers_every_category_first():
     tasks = load_tasks("builtin", split="test", n_per_cell=4)
     assert [t.category for t in tasks[:3]] == ["A", "B", "C"]
-    assert {(t.env.name, t.difficulty) for t in tasks[:9]} == {(t.env.name, t.difficulty) for t in tasks}
+    cells = {(t.env.name, t.difficulty) for t in tasks}
+    assert {(t.env.name, t.difficulty) for t in tasks[:len(cells)]} == cells
     assert sorted(t.id for t in interleave(tasks)) == sorted(t.id for t in tasks)
     assert len(load_tasks("builtin", split="test", limit=5)) == 5
     with pytest.raises(ValueError, match="unknown task source"):
         load_tasks("nope")
+
+
+def test_stratified_sample_takes_k_per_cell_deterministically():
+    a = load_tasks("builtin", split="test", n_per_cell=6, per_cell=2, sample_seed=3)
+    b = load_tasks("builtin", split="test", n_per_cell=6, per_cell=2, sample_seed=3)
+    c = load_tasks("builtin", split="test", n_per_cell=6, per_cell=2, sample_seed=4)
+    full = load_tasks("builtin", split="test", n_per_cell=6)
+    from collections import Counter
+    assert a == b and a != c
+    cells = Counter((t.env.name, t.difficulty) for t in a)
+    assert set(cells.values()) == {2} and len(cells) == len({(t.env.name, t.difficulty) for t in full})
+    assert set(t.id for t in a) <= set(t.id for t in full)
