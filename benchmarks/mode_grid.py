@@ -1,0 +1,88 @@
+"""Accuracy and tool calls per task by category × difficulty, for several prompt modes side by side.
+
+    python benchmarks/mode_grid.py --path ../shared/data/when2tool --per-cell 1 --modes force default no_tool
+
+Runs the agent on the same tasks once per mode (one backend load), then prints a Markdown table (rows:
+category × difficulty; per mode: accuracy and tool calls per task) and ends with one key=value line.
+Without --path the built-in tasks are used. The subsample is stratified: --per-cell tasks from every
+(environment, difficulty, hops) cell, drawn with --sample-seed.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from data_builders.agent.loop import Agent, AgentConfig
+from data_builders.agent.trajectory import summarize, write_jsonl
+from data_builders.backends.loading import load_backend
+from data_builders.tasks import load_tasks
+from data_builders.tasks.schema import DIFFICULTIES
+
+CATEGORY_NAMES = {"A": "A scale", "B": "B knowledge", "C": "C execution", "M": "multi-hop"}
+
+
+def table(results: dict[str, list[dict]], tasks) -> str:
+    category = {str(t.id): t.category for t in tasks}
+    modes = list(results)
+    head = "| category | difficulty | n | " + " | ".join(f"{m} acc | {m} calls" for m in modes) + " |"
+    lines = [head, "|" + "---|" * (3 + 2 * len(modes))]
+    cells: dict[tuple[str, str], dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))
+    for mode, trajs in results.items():
+        for tr in trajs:
+            cells[(category[str(tr["task_id"])], tr["difficulty"])][mode].append(tr)
+            cells[("all", "all")][mode].append(tr)
+    rank = {d: i for i, d in enumerate(DIFFICULTIES)}
+    for key in sorted(cells, key=lambda k: (k[0] == "all", k[0], rank.get(k[1], 9))):
+        per_mode = cells[key]
+        n = len(next(iter(per_mode.values())))
+        row = [CATEGORY_NAMES.get(key[0], key[0]), key[1], str(n)]
+        for m in modes:
+            s = summarize(per_mode[m])
+            row += [f"{s['accuracy']:.2f}", f"{s['tool_calls_per_task']:.2f}"]
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="smollm2")
+    ap.add_argument("--adapter", default=None)
+    ap.add_argument("--path", default=None, help="When2Tool task directory; default: built-in tasks")
+    ap.add_argument("--split", default="test")
+    ap.add_argument("--per-cell", type=int, default=1)
+    ap.add_argument("--sample-seed", type=int, default=0)
+    ap.add_argument("--modes", nargs="+", default=["force", "default", "no_tool"])
+    ap.add_argument("--max-rounds", type=int, default=3)
+    ap.add_argument("--new-tokens", type=int, default=256)
+    ap.add_argument("--out", default="outputs/mode_grid")
+    args = ap.parse_args()
+
+    if args.path:
+        tasks = load_tasks("when2tool", split=args.split, path=args.path, per_cell=args.per_cell,
+                           sample_seed=args.sample_seed)
+    else:
+        tasks = load_tasks("builtin", split=args.split, n_per_cell=max(args.per_cell, 1), per_cell=args.per_cell,
+                           sample_seed=args.sample_seed)
+    backend = load_backend(args.model, adapter=args.adapter)
+    results, seconds = {}, {}
+    out = Path(args.out)
+    for mode in args.modes:
+        cfg = AgentConfig(mode=mode, max_rounds=args.max_rounds, max_new_tokens=args.new_tokens)
+        t0 = time.perf_counter()
+        results[mode] = Agent(backend, cfg).run(tasks)
+        seconds[mode] = time.perf_counter() - t0
+        write_jsonl(out / f"{mode}.jsonl", results[mode])
+        print(f"{mode}: {seconds[mode]:.0f} s, {json.dumps(summarize(results[mode]))}", flush=True)
+    print(f"\n{len(tasks)} tasks ({'When2Tool ' + args.split if args.path else 'built-in ' + args.split}, "
+          f"{args.per_cell} per environment x difficulty cell, sample seed {args.sample_seed}), "
+          f"model {backend.fingerprint}, max_rounds {args.max_rounds}, greedy\n")
+    print(table(results, tasks))
+    print(" ".join(f"accuracy_{m}={summarize(r)['accuracy']:.3f} calls_{m}={summarize(r)['tool_calls_per_task']:.2f}"
+                   for m, r in results.items()) + f" tasks={len(tasks)}")
+
+
+if __name__ == "__main__":
+    main()
