@@ -41,6 +41,26 @@ def tool_system_block(tools: Sequence[dict]) -> str:
     )
 
 
+def render_chat(tokenizer, messages: Sequence[dict], tools: Sequence[dict] | None = None, *,
+                add_generation_prompt: bool = True) -> str:
+    """The prompt text for ``messages`` with ``tools``: the chat template, and for templates that ignore
+    ``tools=`` the tool listing appended to the system message. The one renderer used by the agent at run
+    time and by SFT tokenization at training time, so a fine-tune sees exactly the inference prompt."""
+    messages = [dict(m) for m in messages]
+    kwargs: dict[str, Any] = {}
+    if tools:
+        if "tools" in (tokenizer.chat_template or ""):
+            kwargs["tools"] = list(tools)
+        else:
+            block = tool_system_block(tools)
+            if messages and messages[0]["role"] == "system":
+                messages[0]["content"] = messages[0]["content"] + "\n\n" + block
+            else:
+                messages.insert(0, {"role": "system", "content": block})
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt,
+                                         **kwargs)
+
+
 def _position_ids(mask: torch.Tensor) -> torch.Tensor:
     # Same rule as transformers' generate: positions count real tokens only, so left padding and
     # padding inside an appended prefill do not shift the rotary positions.
@@ -93,7 +113,6 @@ class HFBackend(Backend):
         self._kv_shape = (  # (kv heads, head dim) of each cached layer
             cfg.num_key_value_heads,
             getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads)
-        self._template_takes_tools = "tools" in (tokenizer.chat_template or "")
         # transformers 5 renamed ``past_key_values`` to ``cache``; support both so a GPU box pinned
         # to 4.x by vLLM works too.
         fwd = inspect.signature(model.forward).parameters
@@ -115,18 +134,7 @@ class HFBackend(Backend):
 
     # ---------------------------------------------------------------- text
     def render(self, messages: Sequence[dict], tools: Sequence[dict] | None = None) -> str:
-        messages = [dict(m) for m in messages]
-        kwargs: dict[str, Any] = {}
-        if tools:
-            if self._template_takes_tools:
-                kwargs["tools"] = list(tools)
-            else:
-                block = tool_system_block(tools)
-                if messages and messages[0]["role"] == "system":
-                    messages[0]["content"] = messages[0]["content"] + "\n\n" + block
-                else:
-                    messages.insert(0, {"role": "system", "content": block})
-        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **kwargs)
+        return render_chat(self.tokenizer, messages, tools)
 
     def count_tokens(self, text: str) -> int:
         return len(self.tokenizer(text, add_special_tokens=False).input_ids)
