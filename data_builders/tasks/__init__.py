@@ -44,23 +44,24 @@ def interleave(tasks: Sequence[Task]) -> list[Task]:
 
 def load_tasks(source: str = "builtin", *, split: str = "test", limit: int | None = None,
                envs: Sequence[str] | None = None, difficulties: Sequence[str] | None = None,
-               n_per_cell: int = 20, seed: int = 0, path: str | None = None, hops: str = "both",
+               n_per_cell: int = 20, seed: int = 0, path: str | None = None, hops: str | None = None,
                hub_id: str | None = None, revision: str | None = None, per_cell: int | None = None,
                sample_seed: int = 0) -> list[Task]:
     """Tasks of one split from a source, filtered, interleaved over (difficulty, environment), cut to ``limit``.
 
-    ``n_per_cell``/``seed`` apply to ``builtin``; ``path``/``hops``/``hub_id``/``revision`` to ``when2tool``.
+    ``n_per_cell``/``seed`` apply to ``builtin``; ``path``/``hub_id``/``revision`` to ``when2tool``; ``hops``
+    (single / multi / both) to both.
     ``per_cell=k`` keeps a stratified subsample: k tasks drawn (seeded by ``sample_seed``) from every
     (environment, difficulty, hops) cell, for runs too expensive for the whole split.
     """
     if source == "builtin":
         from .builtin import generate_builtin
 
-        tasks = generate_builtin(split, n_per_cell=n_per_cell, seed=seed, envs=envs)
+        tasks = generate_builtin(split, n_per_cell=n_per_cell, seed=seed, envs=envs, hops=hops or "single")
     elif source == "when2tool":
         from .when2tool import HUB_ID, load_when2tool
 
-        tasks = load_when2tool(split, path=path, hops=hops, hub_id=hub_id or HUB_ID, revision=revision)
+        tasks = load_when2tool(split, path=path, hops=hops or "both", hub_id=hub_id or HUB_ID, revision=revision)
     else:
         raise ValueError(f"unknown task source {source!r}; known: {TASK_SOURCES}")
     if envs:

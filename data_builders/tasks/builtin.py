@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from .generators import GENERATORS
+from .generators import GENERATORS, MULTIHOP_GENERATORS
 from .generators.common import cell_rng, sampled_cell
 from .generators.historical_year import HistoricalFact, load_historical_facts
 from .schema import DIFFICULTIES, ENV_CATEGORY, SPLITS, Task
@@ -34,13 +34,15 @@ _SOURCE = "toolwise builtin generator"
 
 
 def generate_builtin(split: str, *, n_per_cell: int = 20, seed: int = 0,
-                     envs: Sequence[str] | None = None) -> list[Task]:
-    """Generate ``n_per_cell`` single-hop tasks per (environment, difficulty) for ``split``.
+                     envs: Sequence[str] | None = None, hops: str = "single") -> list[Task]:
+    """Generate ``n_per_cell`` tasks per (environment, difficulty) for ``split``.
 
-    Tasks come in ``BUILTIN_ENVS`` order, then easy/medium/hard, then index; ids look like
-    ``"builtin/calculator/easy/test/0007"`` so they never collide with When2Tool's integer ids.
-    For HistoricalYear, a request larger than the split's share of a fact table repeats events
-    (within the same split only).
+    ``hops``: ``"single"`` (the 15 single-hop environments), ``"multi"`` (three-step chains, When2Tool
+    envs 16-18, for the environments that have a multi-hop generator) or ``"both"``. Tasks come in
+    env_no order, single-hop before multi-hop, then easy/medium/hard, then index; ids look like
+    ``"builtin/calculator/easy/test/0007"`` (``calculator_multihop`` for chains) so they never collide
+    with When2Tool's integer ids. Fact-table environments repeat facts (within the same split only)
+    when asked for more tasks than the split's share of the table.
     """
     if split not in SPLITS:
         raise ValueError(f"split {split!r} not in {SPLITS}")
@@ -48,32 +50,44 @@ def generate_builtin(split: str, *, n_per_cell: int = 20, seed: int = 0,
         raise ValueError(f"n_per_cell must be a non-negative integer, got {n_per_cell!r}")
     if type(seed) is not int:
         raise ValueError(f"seed must be an integer, got {seed!r}")
-    wanted = BUILTIN_ENVS if envs is None else tuple(envs)
-    unknown = sorted(set(wanted) - set(BUILTIN_ENVS))
+    if hops not in ("single", "multi", "both"):
+        raise ValueError(f"hops must be single, multi or both, got {hops!r}")
+    registries = ([GENERATORS] if hops != "multi" else []) + ([MULTIHOP_GENERATORS] if hops != "single" else [])
+    known = set(GENERATORS) | set(MULTIHOP_GENERATORS)
+    wanted = known if envs is None else set(envs)
+    unknown = sorted(wanted - known)
     if unknown:
-        raise ValueError(f"no built-in generator for {unknown}; available: {list(BUILTIN_ENVS)}")
+        raise ValueError(f"no built-in generator for {unknown}; available: {sorted(known)}")
 
     tasks: list[Task] = []
-    for env in (e for e in BUILTIN_ENVS if e in wanted):
-        gen = GENERATORS[env]
-        tag = gen.tag
-        for difficulty in DIFFICULTIES:
-            r = cell_rng(env, difficulty, split, seed)
-            if gen.cell is not None:
-                cell = gen.cell(difficulty, split, r, n_per_cell)
-            else:
-                cell = sampled_cell(gen, difficulty, split, r, n_per_cell)
-            for i, (instruction, answer, params) in enumerate(cell):
-                record = {
-                    "id": f"builtin/{tag}/{difficulty}/{split}/{i:04d}",
-                    "instruction": instruction,
-                    "environments": [{"name": env, "tools": list(gen.tools(difficulty)), "parameters": params}],
-                    "expected": {"answer": answer},
-                    "difficulty": difficulty,
-                    "multi_step": False,
-                    "tags": [tag, "single_round"],
-                    "category": ENV_CATEGORY[env],
-                    "split": split,
-                }
-                tasks.append(Task.from_dict(record, source=_SOURCE, index=i))
+    for registry in registries:
+        for env, gen in registry.items():
+            if env in wanted:
+                tasks.extend(_generate_env(gen, split, n_per_cell, seed))
     return tasks
+
+
+def _generate_env(gen, split: str, n_per_cell: int, seed: int) -> list[Task]:
+    tag = gen.tag + ("_multihop" if gen.multi_hop else "")
+    out = []
+    for difficulty in DIFFICULTIES:
+        # Multi-hop cells draw from their own stream, so adding them never changes single-hop tasks.
+        r = cell_rng(gen.env + ("/multihop" if gen.multi_hop else ""), difficulty, split, seed)
+        cell = gen.cell(difficulty, split, r, n_per_cell) if gen.cell is not None else \
+            sampled_cell(gen, difficulty, split, r, n_per_cell)
+        for i, draw in enumerate(cell):
+            instruction, answer, params = draw[:3]
+            expected = {"answer": answer} | ({"steps": list(draw[3])} if gen.multi_hop else {})
+            record = {
+                "id": f"builtin/{tag}/{difficulty}/{split}/{i:04d}",
+                "instruction": instruction,
+                "environments": [{"name": gen.env, "tools": list(gen.tools(difficulty)), "parameters": params}],
+                "expected": expected,
+                "difficulty": difficulty,
+                "multi_step": gen.multi_hop,
+                "tags": [gen.tag, "multihop_3step" if gen.multi_hop else "single_round"],
+                "category": "M" if gen.multi_hop else ENV_CATEGORY[gen.env],
+                "split": split,
+            }
+            out.append(Task.from_dict(record, source=_SOURCE, index=i))
+    return out

@@ -94,3 +94,50 @@ def make(difficulty: str, r: random.Random) -> Draw:
 
 
 GENERATOR = EnvGenerator("CalculatorEnv", "calculator", tools=lambda difficulty: TOOLS, make=make)
+
+
+# --------------------------------------------------------------------------- multi-hop (When2Tool env 16)
+
+MULTIHOP_PREFIX = "Three-step computation: "
+
+
+def _step(r: random.Random, difficulty: str, var: str) -> str:
+    """One follow-up step on ``var`` with an operand sized per difficulty (SPEC §4)."""
+    if difficulty == "easy":
+        op = r.choice("+-*")
+        return f"{var}{op}{r.randint(2, 20) if op != '*' else r.randint(2, 10)}"
+    if difficulty == "medium":
+        op = r.choice(("+", "-", "*", "//", "%"))
+        operand = {"+": r.randint(10, 350), "-": r.randint(10, 300), "*": r.randint(2, 25),
+                   "//": r.randint(2, 300), "%": r.randint(3, 150)}[op]
+        return f"{var}{op}{operand}"
+    op = r.choice(("+", "-", "*", "//", "%"))
+    operand = {"+": r.randint(10 ** 8, 10 ** 11), "-": r.randint(10 ** 6, 10 ** 9), "*": r.randint(10 ** 5, 10 ** 8),
+               "//": r.randint(3, 19), "%": r.randint(10 ** 6, 10 ** 8)}[op]
+    return f"{var}{op}{operand}"
+
+
+def _first(r: random.Random, difficulty: str) -> str:
+    if difficulty == "easy":
+        a, b = r.randint(3, 40), r.randint(2, 15)
+        return r.choice((f"{a}+{b}", f"{max(a, b + 1)}-{b}", f"{r.randint(3, 15)}*{r.randint(3, 15)}"))
+    if difficulty == "medium":
+        return r.choice((f"{r.randint(100, 999)}+{r.randint(100, 400)}", f"{r.randint(150, 999)}*{r.randint(5, 45)}",
+                         f"{r.randint(400, 999)}-{r.randint(100, 399)}"))
+    big = lambda lo, hi: r.randint(10 ** lo, 10 ** hi)  # noqa: E731 - local shorthand
+    return r.choice((f"{big(10, 11)}+{big(9, 10)}", f"{big(10, 11)}*{big(11, 12)}", f"({big(8, 9)}**2)",
+                     f"{big(10, 12)}-{big(9, 11)}"))
+
+
+def make_multihop(difficulty: str, r: random.Random) -> Draw:
+    e1, e2, e3 = _first(r, difficulty), _step(r, difficulty, "x"), _step(r, difficulty, "y")
+    x = _eval_int(e1)
+    y = _eval_int(e2.replace("x", f"({x})"))
+    z = _eval_int(e3.replace("y", f"({y})"))
+    instruction = (f"{MULTIHOP_PREFIX}First compute x = {e1}. Then compute y = {e2}. Finally compute z = {e3}. "
+                   "Return only z.")
+    return instruction, str(z), {}, [str(x), str(y), str(z)]
+
+
+MULTIHOP_GENERATOR = EnvGenerator("CalculatorEnv", "calculator", tools=lambda difficulty: TOOLS, make=make_multihop,
+                                  multi_hop=True)

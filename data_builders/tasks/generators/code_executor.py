@@ -10,7 +10,7 @@ task); for the hard families it uses a different method from the snippet (a clos
 iterative loop for a recursive snippet, patience sorting for the LIS DP), so the tests that run
 generated snippets in the sandbox and compare with the gold check both.
 
-:func:`generate_multihop` (not wired into ``generate_builtin``, which is single-hop) builds
+:func:`generate_multihop` (also ``generate_builtin(hops="multi")``) builds
 When2Tool-style three-step chains (env 18) from the same snippets and When2Tool's step templates.
 """
 from __future__ import annotations
@@ -460,7 +460,7 @@ GENERATOR = EnvGenerator("CodeExecutorEnv", "code_executor", tools=lambda diffic
 
 
 # =========================================================================== multi-hop (SPEC §4, env 18)
-# Not part of ``generate_builtin`` (single-hop only): :func:`generate_multihop` builds When2Tool-style
+# ``MULTIHOP_GENERATOR`` (``generate_builtin(hops="multi")``) builds When2Tool-style
 # three-step chains. Step 1 is code; steps 2 and 3 are prose from When2Tool's step templates, each
 # chain family pairing a step-1 snippet with the two step descriptions When2Tool pairs it with (so
 # every intermediate value stays in range). Step values are computed here in plain Python.
@@ -707,34 +707,17 @@ def make_multihop(difficulty: str, r: random.Random) -> tuple[str, list[str]]:
             return multihop_instruction(code, step2, step3), [str(x), str(y), str(z)]
 
 
-def generate_multihop(split: str, *, n_per_cell: int = 20, seed: int = 0) -> list:
-    """``n_per_cell`` CodeExecutor multi-hop tasks per difficulty (When2Tool env 18 schema: tags
-    ``[code_executor, multihop_3step]``, ``expected.steps``), split-disjoint like the single-hop ones."""
-    from ..schema import DIFFICULTIES, SPLITS, Task
-    from .common import cell_rng, owner_split
+def _multihop_draw(difficulty: str, r: random.Random):
+    instruction, steps = make_multihop(difficulty, r)
+    return instruction, steps[-1], {}, steps
 
-    if split not in SPLITS:
-        raise ValueError(f"split {split!r} not in {SPLITS}")
-    tasks = []
-    for difficulty in DIFFICULTIES:
-        r = cell_rng("CodeExecutorEnv/multihop", difficulty, split, seed)
-        seen: set[str] = set()
-        budget = 100 * n_per_cell + 1000
-        while len(seen) < n_per_cell:
-            budget -= 1
-            if budget < 0:
-                raise ValueError(f"could only generate {len(seen)} distinct {difficulty} {split} chains")
-            instruction, steps = make_multihop(difficulty, r)
-            if instruction in seen or owner_split(instruction) != split:
-                continue
-            i = len(seen)
-            seen.add(instruction)
-            tasks.append(Task.from_dict({
-                "id": f"builtin/code_executor_multihop/{difficulty}/{split}/{i:04d}",
-                "instruction": instruction,
-                "environments": [{"name": "CodeExecutorEnv", "tools": list(TOOLS), "parameters": {}}],
-                "expected": {"answer": steps[-1], "steps": steps},
-                "difficulty": difficulty, "multi_step": True, "tags": ["code_executor", "multihop_3step"],
-                "category": "M", "split": split,
-            }, source="toolwise builtin generator (multi-hop)", index=i))
-    return tasks
+
+MULTIHOP_GENERATOR = EnvGenerator("CodeExecutorEnv", "code_executor", tools=lambda difficulty: TOOLS,
+                                  make=_multihop_draw, multi_hop=True)
+
+
+def generate_multihop(split: str, *, n_per_cell: int = 20, seed: int = 0) -> list:
+    """``n_per_cell`` CodeExecutor multi-hop tasks per difficulty (When2Tool env 18 schema)."""
+    from ..builtin import generate_builtin
+
+    return generate_builtin(split, n_per_cell=n_per_cell, seed=seed, envs=["CodeExecutorEnv"], hops="multi")

@@ -13,8 +13,9 @@ from typing import Any, Callable
 
 from ..schema import SPLITS
 
-# One generated task before it becomes a Task: (instruction, gold answer, environment parameters).
-Draw = tuple[str, str, dict[str, Any]]
+# One generated task before it becomes a Task: (instruction, gold answer, environment parameters), plus
+# the gold intermediate steps ``[x, y, z]`` for multi-hop generators.
+Draw = tuple[str, str, dict[str, Any]] | tuple[str, str, dict[str, Any], list[str]]
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,7 @@ class EnvGenerator:
     tools: Callable[[str], tuple[str, ...]]
     make: Callable[[str, random.Random], Draw] | None = None
     cell: Callable[[str, str, random.Random, int], list[Draw]] | None = None
+    multi_hop: bool = False  # a three-step chain (When2Tool envs 16-18): draws carry their steps
 
     def __post_init__(self):
         if (self.make is None) == (self.cell is None):
@@ -67,11 +69,12 @@ def sampled_cell(gen: EnvGenerator, difficulty: str, split: str, r: random.Rando
         if budget < 0:
             raise ValueError(f"{gen.env}/{difficulty}: could only generate {len(out)} distinct {split} tasks, "
                              f"asked for {n}")
-        instruction, answer, params = gen.make(difficulty, r)
+        draw = gen.make(difficulty, r)
+        instruction = draw[0]
         if instruction in seen or owner_split(instruction) != split:
             continue
         seen.add(instruction)
-        out.append((instruction, answer, params))
+        out.append(draw)
     return out
 
 

@@ -66,8 +66,15 @@ def test_oracle_exact_on_when2tool_files(name):
 
 @pytest.mark.parametrize("split", ["train", "test"])
 def test_oracle_exact_on_builtin_tasks(split):
-    solved = _check(load_tasks("builtin", split=split, n_per_cell=10), gold_reachable=True)
-    assert sum(solved.values()) == 10 * 3 * len(solved)
+    single = load_tasks("builtin", split=split, n_per_cell=10)
+    solved = _check(single, gold_reachable=True)
+    assert sum(solved.values()) == 10 * 3 * len(solved) == len(single)
+    multi = load_tasks("builtin", split=split, n_per_cell=5, hops="multi")
+    assert {t.env.name for t in multi} == {"CalculatorEnv", "CodeExecutorEnv"} and all(t.category == "M" for t in multi)
+    _check(multi)
+    for task in (t for t in multi if t.env.name == "CalculatorEnv"):
+        run = run_oracle(task)  # every intermediate value matches the generator's gold steps
+        assert [str(s.result["result"]) for s in run.steps] == task.expected["steps"], task.id
 
 
 def test_oracle_reports_unparseable_instruction_instead_of_raising():
