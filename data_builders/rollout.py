@@ -27,7 +27,7 @@ from .tasks import tasks_from_config
 def backend_from_config(model: DictConfig):
     return load_backend(model.name, gguf_file=model.get("gguf_file"), adapter=model.get("adapter"),
                         dtype=model.get("dtype", "float32"), max_batch_size=model.get("max_batch_size", 32),
-                        max_batch_tokens=model.get("max_batch_tokens", 16384))
+                        max_batch_tokens=model.get("max_batch_tokens", 16384), device=model.get("device", "auto"))
 
 
 def summary_table(trajs: list[dict]) -> str:

@@ -91,7 +91,8 @@ class _LogprobRecorder:
 
     def finish(self, sequences: torch.Tensor) -> torch.Tensor:
         self._gather(sequences[:, -1])
-        return torch.stack(self.steps, dim=1) if self.steps else torch.zeros(sequences.shape[0], 0)
+        return torch.stack(self.steps, dim=1) if self.steps else torch.zeros(sequences.shape[0], 0,
+                                                                               device=sequences.device)
 
 
 class HFBackend(Backend):
@@ -141,7 +142,12 @@ class HFBackend(Backend):
 
     def _encode(self, texts: Sequence[str]) -> dict[str, torch.Tensor]:
         # The chat template already wrote every special token; adding BOS again would change the prompt.
-        return self.tokenizer(list(texts), return_tensors="pt", padding=True, add_special_tokens=False)
+        enc = self.tokenizer(list(texts), return_tensors="pt", padding=True, add_special_tokens=False)
+        return {k: v.to(self.device) for k, v in enc.items()}
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.device
 
     def _chunks(self, prompts: Sequence[str], lengths: Sequence[int] | None = None) -> list[list[int]]:
         """Batches of prompt indices, sorted by length, so padding stays small.
@@ -179,7 +185,7 @@ class HFBackend(Backend):
                              position_ids=_position_ids(enc["attention_mask"]), use_cache=True,
                              output_hidden_states=True, logits_to_keep=1)
             hs = out.hidden_states
-            hidden[idx] = torch.stack([hs[l][:, -1, :] for l in layers], dim=1).float()
+            hidden[idx] = torch.stack([hs[l][:, -1, :] for l in layers], dim=1).float().cpu()
             cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
             chunks.append({"idx": idx, "input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"],
                            "cache": cache})
@@ -264,7 +270,8 @@ class HFBackend(Backend):
             seg = row[n:]
             rows.append([pad] * (past - n) + row[:n] + [pad] * (width - len(seg)) + seg)
             masks.append([0] * (past - n) + [1] * n + [0] * (width - len(seg)) + [1] * len(seg))
-        enc = {"input_ids": torch.tensor(rows), "attention_mask": torch.tensor(masks), "reused": reuse}
+        enc = {"input_ids": torch.tensor(rows, device=self.device), "attention_mask": torch.tensor(masks, device=self.device),
+               "reused": reuse}
         if past == 0:
             return idx, enc, None
         from transformers import DynamicCache
@@ -274,7 +281,7 @@ class HFBackend(Backend):
         for layer in range(self.n_layers):
             ks, vs = [], []
             for i, n in zip(idx, reuse):
-                lead = torch.zeros((1, heads, past - n, dim), dtype=dtype)   # masked left padding
+                lead = torch.zeros((1, heads, past - n, dim), dtype=dtype, device=self.device)  # masked left padding
                 if n:
                     k, v = self._kv[keys[i]][1][layer]
                     ks.append(torch.cat([lead, k[:, :, :n]], 2))
@@ -295,7 +302,8 @@ class HFBackend(Backend):
         seq = out.sequences[:, :cache_len]
         width = enc["input_ids"].shape[1]
         mask = torch.cat([enc["attention_mask"], torch.ones(seq.shape[0], max(cache_len - width, 0),
-                                                            dtype=enc["attention_mask"].dtype)], 1)[:, :cache_len]
+                                                            dtype=enc["attention_mask"].dtype, device=seq.device)],
+                         1)[:, :cache_len]
         for row, (gen, key) in enumerate(zip(gens, keys)):
             real = mask[row].nonzero().squeeze(-1)
             n_prompt = int(enc["attention_mask"][row].sum())
@@ -328,8 +336,10 @@ class HFBackend(Backend):
         width = max(len(s) for s in suf)
         pad = self.tokenizer.pad_token_id
         last = ids[:, -1].tolist()
-        seg_ids = torch.tensor([[pad] * (width - len(s)) + [t] + s for s, t in zip(suf, last)], dtype=ids.dtype)
-        seg_mask = torch.tensor([[0] * (width - len(s)) + [1] * (len(s) + 1) for s in suf], dtype=mask.dtype)
+        seg_ids = torch.tensor([[pad] * (width - len(s)) + [t] + s for s, t in zip(suf, last)], dtype=ids.dtype,
+                               device=ids.device)
+        seg_mask = torch.tensor([[0] * (width - len(s)) + [1] * (len(s) + 1) for s in suf], dtype=mask.dtype,
+                                device=mask.device)
         enc = {"input_ids": torch.cat([ids[:, :-1], seg_ids], 1), "attention_mask": torch.cat([mask[:, :-1], seg_mask], 1)}
         return idx, enc, cache
 

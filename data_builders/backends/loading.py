@@ -84,9 +84,10 @@ def embedded_model_dir() -> Path:
 
 def load_backend(model: str = "smollm2", *, gguf_file: str | None = None, adapter: str | None = None,
                  dtype: str = "float32", max_batch_size: int = 32, max_batch_tokens: int = 16384,
-                 model_id: str | None = None) -> HFBackend:
+                 model_id: str | None = None, device: str = "auto") -> HFBackend:
     """``model``: an alias of the embedded default (``smollm2``), a hub id, a local directory, or a
-    ``.gguf`` file (or a directory plus ``gguf_file``)."""
+    ``.gguf`` file (or a directory plus ``gguf_file``). ``device``: ``auto`` (CUDA when available),
+    ``cpu``, ``cuda`` or ``cuda:N``."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     torch_dtype = getattr(torch, dtype)
@@ -108,6 +109,9 @@ def load_backend(model: str = "smollm2", *, gguf_file: str | None = None, adapte
         except ImportError as e:  # pragma: no cover - depends on the install
             raise RuntimeError("Loading an adapter needs peft: pip install peft") from e
         hf_model = PeftModel.from_pretrained(hf_model, adapter).merge_and_unload()
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    hf_model = hf_model.to(device)
     return HFBackend(hf_model, tok, model_id=model_id or mid, adapter=adapter, max_batch_size=max_batch_size,
                      max_batch_tokens=max_batch_tokens)
 
