@@ -19,7 +19,7 @@ from recipes import CONFIG_DIR
 
 # recipe name -> "module:function"; imported lazily so one recipe's heavy dependencies never load for another.
 RECIPES = {
-    "tool_sft": "trainers.tool_sft:fit",
+    "tool_sft": "trainers.sft:fit",
 }
 
 

@@ -27,6 +27,25 @@ class EmbeddedModelMissing(RuntimeError):
     pass
 
 
+# The repository root (parent of the packages); committed checkpoints live under it in a source checkout.
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def resolve_adapter(adapter: str | None) -> str | None:
+    """An adapter path as given (absolute, or relative to the working directory), else relative to the
+    repository root, so ``checkpoints/tool_sft/<run>`` works from any directory; a hub id is passed on."""
+    if not adapter:
+        return None
+    p = Path(adapter).expanduser()
+    if p.is_absolute() or p.exists():
+        return str(p)
+    if (REPO_ROOT / p).exists():
+        return str(REPO_ROOT / p)
+    if len(p.parts) == 2 and not str(adapter).startswith((".", "checkpoints")):
+        return str(adapter)  # looks like a hub id "owner/name"
+    raise FileNotFoundError(f"adapter {adapter!r} not found (looked in {Path.cwd()} and {REPO_ROOT})")
+
+
 def cache_root() -> Path:
     return Path(os.environ.get("TOOLWISE_CACHE", Path.home() / ".cache" / "toolwise"))
 
@@ -103,12 +122,13 @@ def load_backend(model: str = "smollm2", *, gguf_file: str | None = None, adapte
         hf_model = AutoModelForCausalLM.from_pretrained(model, dtype=torch_dtype)
         tok = AutoTokenizer.from_pretrained(model)
         mid = model_id or getattr(hf_model.config, "_name_or_path", None) or str(model)
-    if adapter:
+    adapter_path = resolve_adapter(adapter)  # the fingerprint keeps the name as given, not a machine path
+    if adapter_path:
         try:
             from peft import PeftModel
         except ImportError as e:  # pragma: no cover - depends on the install
             raise RuntimeError("Loading an adapter needs peft: pip install peft") from e
-        hf_model = PeftModel.from_pretrained(hf_model, adapter).merge_and_unload()
+        hf_model = PeftModel.from_pretrained(hf_model, adapter_path).merge_and_unload()
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     hf_model = hf_model.to(device)

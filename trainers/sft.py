@@ -106,7 +106,7 @@ tags: [toolwise, tool-use, lora, sft, trl]
 # toolwise tool_sft adapter
 
 LoRA adapter that makes SmolLM2-135M-Instruct call When2Tool tools in the xml `<tool_call>` format and
-answer in `\\\\boxed{{}}`. Trained by `trainers/tool_sft.py` with TRL `SFTTrainer` + peft on oracle
+answer in `\\\\boxed{{}}`. Trained by `trainers/sft.py` with TRL `SFTTrainer` + peft on oracle
 demonstrations of **train** tasks only (no test task is ever used).
 
 Reproduce: `{command}`
