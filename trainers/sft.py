@@ -41,7 +41,8 @@ def demonstration_rows(cfg: DictConfig) -> tuple[list[dict], list[dict], Counter
     d = cfg.data
     tasks = load_tasks("builtin", split="train", n_per_cell=d.builtin_per_cell, seed=d.seed)
     if d.get("when2tool_path"):
-        tasks += load_tasks("when2tool", split="train", path=d.when2tool_path, hops=d.get("hops", "both"))
+        tasks += load_tasks("when2tool", split="train", path=d.when2tool_path, hops=d.get("hops", "both"),
+                            per_cell=d.get("when2tool_per_cell"), sample_seed=d.seed)
     rng = random.Random(d.seed)
     order = list(range(len(tasks)))
     rng.shuffle(order)

@@ -2,7 +2,7 @@
 
 A solver is ``solve(task, call) -> str``: it reads ``task.instruction``, calls tools through
 ``call(name, arguments) -> payload`` (the task's real environment, through the full SPEC §2.2
-pipeline) and returns the text that goes inside ``\\boxed{}``. Solvers live one module per
+pipeline; a payload with ``success: false`` raises ``OracleParseError``) and returns the text that goes inside ``\\boxed{}``. Solvers live one module per
 environment in ``solvers/``; each module exports ``SOLVERS = {env_name: solve}``.
 
 The oracle proves the environments reproduce the benchmark's gold answers and supplies the
@@ -74,6 +74,8 @@ def run_oracle(task: Task) -> OracleRun:
     def call(name: str, arguments: dict) -> dict:
         out = env.call(name, copy.deepcopy(arguments))
         run.steps.append(OracleStep(name, arguments, out))
+        if not out.get("success"):  # a mechanical oracle never expects a failing call
+            raise OracleParseError(f"{name}({arguments}) failed: {out.get('message')}")
         return out
 
     try:

@@ -84,8 +84,6 @@ def read_number(question: str, passage: str) -> str:
 def solve(task: Task, call: CallFn) -> str:
     question = question_of(task.instruction)
     out = call("lookup_rule", {"query": question})
-    if not out.get("success"):
-        raise OracleParseError(out.get("message", "lookup failed"))
     return read_number(question, out["passage"])
 
 

@@ -61,6 +61,20 @@ def table_split(index: int) -> str:
     return SPLITS[index % 2]
 
 
+def cycle_split_facts(pool, split: str, r: random.Random, n: int) -> list:
+    """``n`` facts of this split's share of a fact table (``table_split``), in shuffled order. When more
+    tasks than facts are asked for, fresh permutations follow, so repeats stay inside the split."""
+    mine = [f for i, f in enumerate(pool) if table_split(i) == split]
+    if n and not mine:
+        raise ValueError(f"fact table has no {split} entries")
+    out: list = []
+    while len(out) < n:
+        order = list(mine)
+        r.shuffle(order)
+        out.extend(order[: n - len(out)])
+    return out
+
+
 def sampled_cell(gen: EnvGenerator, difficulty: str, split: str, r: random.Random, n: int) -> list[Draw]:
     out, seen = [], set()
     budget = 100 * n + 1000  # half the draws belong to the other split; exhaustion means n is unreasonably large

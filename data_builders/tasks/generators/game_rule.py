@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from ..schema import DIFFICULTIES
-from .common import Draw, EnvGenerator, load_fact_table, table_split
+from .common import Draw, EnvGenerator, cycle_split_facts, load_fact_table
 
 TOOLS = ("lookup_rule",)
 RULE_INSTRUCTION = "{question} Answer with only the number."
@@ -55,16 +55,9 @@ def load_game_rule_facts(difficulty: str) -> tuple[GameRuleFact, ...]:
 
 def cell(difficulty: str, split: str, r: random.Random, n: int) -> list[Draw]:
     pool = load_game_rule_facts(difficulty)
-    mine = [f for i, f in enumerate(pool) if table_split(i) == split]
-    out: list[Draw] = []
-    # More tasks than facts: walk fresh permutations, so repeats stay inside this split.
-    while len(out) < n:
-        order = list(mine)
-        r.shuffle(order)
-        for fact in order[: n - len(out)]:
-            corpus = {f.question: f.paragraph for f in pool}  # a fresh dict per task
-            out.append((RULE_INSTRUCTION.format(question=fact.question), str(fact.answer), {"corpus": corpus}))
-    return out
+    return [(RULE_INSTRUCTION.format(question=fact.question), str(fact.answer),
+             {"corpus": {f.question: f.paragraph for f in pool}})  # a fresh dict per task
+            for fact in cycle_split_facts(pool, split, r, n)]
 
 
 GENERATOR = EnvGenerator("GameRuleEnv", "game_rule", tools=lambda difficulty: TOOLS, cell=cell)

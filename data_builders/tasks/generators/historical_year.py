@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from ..schema import DIFFICULTIES
-from .common import Draw, EnvGenerator, load_fact_table, table_split
+from .common import Draw, EnvGenerator, cycle_split_facts, load_fact_table
 
 TOOLS = ("lookup_year",)
 
@@ -49,18 +49,9 @@ def load_historical_facts(difficulty: str) -> tuple[HistoricalFact, ...]:
 
 def cell(difficulty: str, split: str, r: random.Random, n: int) -> list[Draw]:
     pool = load_historical_facts(difficulty)
-    mine = [f for i, f in enumerate(pool) if table_split(i) == split]
-    out: list[Draw] = []
-    # More tasks than events: walk fresh permutations, so repeats stay inside this split.
-    while len(out) < n:
-        order = list(mine)
-        r.shuffle(order)
-        for fact in order[: n - len(out)]:
-            # Each task owns its corpus dict (the whole pool, fixed order) so mutating one task
-            # cannot leak into another.
-            corpus = {f.event: f.paragraph for f in pool}
-            out.append((HIST_INSTRUCTION.format(event=fact.event), str(fact.year), {"corpus": corpus}))
-    return out
+    # Each task owns its corpus dict (the whole pool, fixed order): mutating one cannot leak into another.
+    return [(HIST_INSTRUCTION.format(event=fact.event), str(fact.year), {"corpus": {f.event: f.paragraph for f in pool}})
+            for fact in cycle_split_facts(pool, split, r, n)]
 
 
 GENERATOR = EnvGenerator("HistoricalYearEnv", "historical_year", tools=lambda difficulty: TOOLS, cell=cell)

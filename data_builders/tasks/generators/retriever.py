@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from ..schema import DIFFICULTIES
-from .common import Draw, EnvGenerator, load_fact_table, table_split
+from .common import Draw, EnvGenerator, cycle_split_facts, load_fact_table
 
 TOOLS = ("search_corpus", "read_doc")
 PREFIX = {"easy": "", "medium": "From local corpus: ", "hard": "From local corpus only: "}
@@ -67,16 +67,9 @@ def make_corpus(target: RetrieverFact, pool: tuple[RetrieverFact, ...], r: rando
 
 def cell(difficulty: str, split: str, r: random.Random, n: int) -> list[Draw]:
     pool = load_retriever_facts(difficulty)
-    mine = [f for i, f in enumerate(pool) if table_split(i) == split]
-    out: list[Draw] = []
-    # More tasks than facts: walk fresh permutations (each repeat gets a new corpus draw).
-    while len(out) < n:
-        order = list(mine)
-        r.shuffle(order)
-        for fact in order[: n - len(out)]:
-            instruction = PREFIX[difficulty] + fact.question
-            out.append((instruction, fact.answer, {"corpus": make_corpus(fact, pool, r)}))
-    return out
+    # Each repeat of a fact gets a new corpus draw.
+    return [(PREFIX[difficulty] + fact.question, fact.answer, {"corpus": make_corpus(fact, pool, r)})
+            for fact in cycle_split_facts(pool, split, r, n)]
 
 
 GENERATOR = EnvGenerator("RetrieverEnv", "retrieval", tools=lambda difficulty: TOOLS, cell=cell)
