@@ -20,7 +20,7 @@ def test_rollout_config_composes_with_overrides():
 
 
 def test_rollout_cli_on_tiny_model(tiny_model_dir, tmp_path):
-    cmd = [sys.executable, "-m", "data_builders.rollout", f"model.name={tiny_model_dir}", "tasks=builtin",
+    cmd = [sys.executable, "-m", "data_builders.rollout", "model=hf", f"model.name={tiny_model_dir}", "tasks=builtin",
            "mode=force", "limit=5", "agent.max_rounds=2", "agent.max_new_tokens=8", f"hydra.run.dir={tmp_path}"]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
