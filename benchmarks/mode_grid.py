@@ -16,7 +16,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from data_builders.agent.loop import Agent, AgentConfig
-from data_builders.agent.trajectory import summarize, write_jsonl
+from data_builders.agent.trajectory import read_jsonl, summarize, write_jsonl
 from data_builders.backends.loading import load_backend
 from data_builders.tasks import load_tasks
 from data_builders.tasks.schema import DIFFICULTIES
@@ -58,6 +58,8 @@ def main() -> None:
     ap.add_argument("--max-rounds", type=int, default=3)
     ap.add_argument("--new-tokens", type=int, default=256)
     ap.add_argument("--out", default="outputs/mode_grid")
+    ap.add_argument("--include-existing", action="store_true",
+                    help="also tabulate <mode>.jsonl files already in --out from an earlier run on the same tasks")
     args = ap.parse_args()
 
     if args.path:
@@ -76,6 +78,15 @@ def main() -> None:
         seconds[mode] = time.perf_counter() - t0
         write_jsonl(out / f"{mode}.jsonl", results[mode])
         print(f"{mode}: {seconds[mode]:.0f} s, {json.dumps(summarize(results[mode]))}", flush=True)
+    if args.include_existing:
+        ids = sorted(str(t.id) for t in tasks)
+        for f in sorted(out.glob("*.jsonl")):
+            if f.stem not in results:
+                earlier = read_jsonl(f)
+                if sorted(str(t["task_id"]) for t in earlier) != ids:
+                    raise SystemExit(f"{f} was run on other tasks; rerun its mode instead")
+                results[f.stem] = earlier
+        results = {m: results[m] for m in sorted(results, key=lambda m: (m not in args.modes, m))}
     print(f"\n{len(tasks)} tasks ({'When2Tool ' + args.split if args.path else 'built-in ' + args.split}, "
           f"{args.per_cell} per environment x difficulty cell, sample seed {args.sample_seed}), "
           f"model {backend.fingerprint}, max_rounds {args.max_rounds}, greedy\n")
