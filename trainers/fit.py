@@ -54,6 +54,7 @@ def main(cfg: DictConfig) -> None:
     recipe = cfg.recipe
     OmegaConf.set_struct(recipe, False)
     recipe.report_to = list(cfg.report_to)
+    recipe.run_dir = str(run_dir)
     recipe.command = "python -m trainers.fit " + " ".join(HydraConfig.get().overrides.task)
     (run_dir / "recipe.yaml").write_text(OmegaConf.to_yaml(recipe, resolve=True))
     resolve(recipe.name)(recipe)

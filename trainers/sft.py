@@ -107,7 +107,7 @@ tags: [toolwise, tool-use, lora, sft, trl]
 # toolwise tool_sft adapter
 
 LoRA adapter that makes SmolLM2-135M-Instruct call When2Tool tools in the xml `<tool_call>` format and
-answer in `\\\\boxed{{}}`. Trained by `trainers/sft.py` with TRL `SFTTrainer` + peft on oracle
+answer in `\\boxed{{}}`. Trained by `trainers/sft.py` with TRL `SFTTrainer` + peft on oracle
 demonstrations of **train** tasks only (no test task is ever used).
 
 Reproduce: `{command}`
@@ -153,7 +153,9 @@ def fit(cfg: DictConfig) -> Path:
     out_dir = Path(cfg.output_dir)
     t = cfg.train
     args = SFTConfig(
-        output_dir=str(out_dir / "trainer_state"), run_name=out_dir.name, seed=t.seed,
+        # Optimizer/scheduler state stays with the run's outputs; the checkpoint holds only the adapter.
+        output_dir=str(Path(cfg.get("run_dir") or out_dir.parent / f".{out_dir.name}-state") / "trainer_state"),
+        run_name=out_dir.name, seed=t.seed,
         num_train_epochs=t.epochs, max_steps=t.max_steps, learning_rate=t.lr, lr_scheduler_type=t.scheduler,
         warmup_steps=t.warmup_ratio, per_device_train_batch_size=t.batch_size, per_device_eval_batch_size=t.batch_size,
         gradient_accumulation_steps=t.grad_accum, logging_steps=t.logging_steps,
