@@ -70,6 +70,7 @@ def main() -> None:
     ap.add_argument("--path", default=None, help="When2Tool task directory; default: built-in tasks")
     ap.add_argument("--split", default="test")
     ap.add_argument("--per-cell", type=int, default=1)
+    ap.add_argument("--difficulties", nargs="*", default=None, help="only these difficulties (default: all)")
     ap.add_argument("--sample-seed", type=int, default=0)
     ap.add_argument("--modes", nargs="*", default=["force", "default", "no_tool"])
     ap.add_argument("--max-rounds", type=int, default=3)
@@ -81,10 +82,10 @@ def main() -> None:
 
     if args.path:
         tasks = load_tasks("when2tool", split=args.split, path=args.path, per_cell=args.per_cell,
-                           sample_seed=args.sample_seed)
+                           sample_seed=args.sample_seed, difficulties=args.difficulties)
     else:
         tasks = load_tasks("builtin", split=args.split, n_per_cell=max(args.per_cell, 1), per_cell=args.per_cell,
-                           sample_seed=args.sample_seed)
+                           sample_seed=args.sample_seed, difficulties=args.difficulties)
     backend = load_backend(args.model, adapter=args.adapter)
     results, seconds = {}, {}
     out = Path(args.out)
