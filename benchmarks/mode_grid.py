@@ -100,7 +100,7 @@ def main() -> None:
         ids = sorted(str(t.id) for t in tasks)
         for f in sorted(out.glob("*.jsonl")):
             if f.stem not in results:
-                earlier = read_jsonl(f)
+                earlier = list(read_jsonl(f))
                 if sorted(str(t["task_id"]) for t in earlier) != ids:
                     raise SystemExit(f"{f} was run on other tasks; rerun its mode instead")
                 results[f.stem] = earlier
