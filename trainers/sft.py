@@ -34,8 +34,7 @@ class SFTData:
 
 def demonstration_rows(cfg: DictConfig) -> tuple[list[dict], list[dict], Counter]:
     """Chat rows for train and validation tasks (split by task), and counts of what was made or dropped."""
-    from data_builders.oracle.sft import direct_example, tool_example
-    from data_builders.oracle import run_oracle
+    from data_builders.oracle.sft import build_examples
     from data_builders.tasks import load_tasks
 
     d = cfg.data
@@ -46,26 +45,17 @@ def demonstration_rows(cfg: DictConfig) -> tuple[list[dict], list[dict], Counter
     rng = random.Random(d.seed)
     order = list(range(len(tasks)))
     rng.shuffle(order)
-    n_val = int(round(d.val_fraction * len(tasks)))
-    val_ids = {str(tasks[i].id) for i in order[:n_val]}
-    rows: dict[str, list[dict]] = {"train": [], "val": []}
-    counts: Counter = Counter()
-    for task in tasks:
-        assert task.split == "train"  # load_tasks was asked for train only; never let a test task through
-        part = "val" if str(task.id) in val_ids else "train"
-        run = run_oracle(task)
-        mode = rng.choice(list(d.tool_modes))
-        ex = tool_example(run, mode, False, d.call_format)
-        if ex is None:
-            counts["dropped_no_teacher_answer"] += 1
-        else:
-            rows[part].append(ex)
-            counts[f"{part}_tool"] += 1
-        if (task.difficulty in d.direct_difficulties and not task.multi_step
-                and rng.random() < d.direct_fraction):
-            rows[part].append(direct_example(task, "no_tool", False, d.call_format))
-            counts[f"{part}_direct"] += 1
-    return rows["train"], rows["val"], counts
+    val_ids = {str(tasks[i].id) for i in order[:int(round(d.val_fraction * len(tasks)))]}
+    # One pass over all tasks with one rng (mode draws, direct-answer draws), then split rows by task.
+    rows, made = build_examples(tasks, modes=list(d.tool_modes), call_format=d.call_format,
+                                direct_difficulties=list(d.direct_difficulties), direct_mode="no_tool",
+                                direct_fraction=d.direct_fraction, rng=rng)
+    parts: dict[str, list[dict]] = {"train": [], "val": []}
+    for r in rows:
+        parts["val" if r["task_id"] in val_ids else "train"].append(r)
+    counts = Counter(f"{part}_{r['kind']}" for part, part_rows in parts.items() for r in part_rows)
+    counts["dropped_no_teacher_answer"] = made["dropped_tool"]
+    return parts["train"], parts["val"], counts
 
 
 def tokenized(rows: list[dict], tokenizer, max_length: int, counts: Counter, part: str):

@@ -2,8 +2,9 @@
 
 A solver is ``solve(task, call) -> str``: it reads ``task.instruction``, calls tools through
 ``call(name, arguments) -> payload`` (the task's real environment, through the full SPEC §2.2
-pipeline; a payload with ``success: false`` raises ``OracleParseError``) and returns the text that goes inside ``\\boxed{}``. Solvers live one module per
-environment in ``solvers/``; each module exports ``SOLVERS = {env_name: solve}``.
+pipeline; a payload with ``success: false`` raises ``OracleParseError``) and returns the text that goes
+inside ``\\boxed{}``. Solvers live one module per environment in ``solvers/``; each module exports
+``SOLVERS = {(env_name, multi_step): solve}``.
 
 The oracle proves the environments reproduce the benchmark's gold answers and supplies the
 tool-use demonstrations for SFT (``sft.py``).

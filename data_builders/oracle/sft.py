@@ -17,6 +17,7 @@ nothing from a test split may enter training data.
 from __future__ import annotations
 
 import json
+import random
 from collections import Counter
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -37,10 +38,9 @@ def _teacher_answer(run: OracleRun) -> str | None:
     misread, the gold when it appears verbatim in a tool result (a careful reader gets it); else None."""
     if run.correct:
         return run.answer
-    if run.error is None or run.steps:
-        gold = run.task.answer
-        if gold and any(gold.lower() in serialize(s.result).lower() for s in run.steps):
-            return gold
+    gold = run.task.answer
+    if gold and any(gold.lower() in serialize(s.result).lower() for s in run.steps):
+        return gold
     return None
 
 
@@ -75,21 +75,29 @@ def _row(task: Task, messages: list[dict], kind: str, mode: str, n_calls: int) -
 
 def build_examples(tasks: Iterable[Task], *, modes: Sequence[str] = ("default",), reasoning: bool = False,
                    call_format: str = "xml", direct_difficulties: Sequence[str] = ("easy",),
-                   direct_envs: Sequence[str] | None = None) -> tuple[list[dict], Counter]:
-    """Rows for every task and mode, plus counts of what was kept and dropped."""
+                   direct_envs: Sequence[str] | None = None, direct_mode: str | None = None,
+                   direct_fraction: float = 1.0, rng: random.Random | None = None) -> tuple[list[dict], Counter]:
+    """Rows for the tasks, plus counts of what was kept and dropped.
+
+    Without ``rng`` every task is rendered in every mode and every eligible task gets a direct answer.
+    With ``rng`` (a training mixture) each task is rendered in one mode drawn from ``modes``, and an
+    eligible task gets a direct answer with probability ``direct_fraction``. Direct answers are written in
+    ``direct_mode`` when given (e.g. ``no_tool``), else in the demonstration's mode.
+    """
     rows, counts = [], Counter()
     for task in tasks:
         if task.split != "train":
             raise SplitLeakError(f"task {task.id} is from the {task.split!r} split; SFT data is built from train only")
         run = run_oracle(task)
-        for mode in modes:
+        for mode in ([rng.choice(list(modes))] if rng else modes):
             ex = tool_example(run, mode, reasoning, call_format)
             counts["tool" if ex else "dropped_tool"] += 1
             if ex:
                 rows.append(ex)
-            if task.difficulty in direct_difficulties and (direct_envs is None or task.env.name in direct_envs) \
-                    and not task.multi_step:
-                rows.append(direct_example(task, mode, reasoning, call_format))
+            eligible = (task.difficulty in direct_difficulties and not task.multi_step
+                        and (direct_envs is None or task.env.name in direct_envs))
+            if eligible and (rng is None or rng.random() < direct_fraction):
+                rows.append(direct_example(task, direct_mode or mode, reasoning, call_format))
                 counts["direct"] += 1
     return rows, counts
 
