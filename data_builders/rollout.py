@@ -1,6 +1,6 @@
 """Run the agent on tasks and write trajectories.
 
-    python -m data_builders.rollout model=smollm2 tasks=builtin mode=force limit=32
+    python -m data_builders.rollout model=smollm2 tasks=builtin mode=force limit=32 [backend=vllm|openai]
 
 Writes ``trajectories.jsonl`` and ``summary.json`` to the Hydra run directory, prints a table per
 environment x difficulty, and ends with one line of key=value figures.
@@ -20,14 +20,8 @@ from recipes import CONFIG_DIR
 
 from .agent.loop import Agent, AgentConfig
 from .agent.trajectory import summarize, write_jsonl
-from .backends.loading import load_backend
+from .backends.loading import backend_from_config
 from .tasks import tasks_from_config
-
-
-def backend_from_config(model: DictConfig):
-    return load_backend(model.name, gguf_file=model.get("gguf_file"), adapter=model.get("adapter"),
-                        dtype=model.get("dtype", "float32"), max_batch_size=model.get("max_batch_size", 32),
-                        max_batch_tokens=model.get("max_batch_tokens", 16384), device=model.get("device", "auto"))
 
 
 def summary_table(trajs: list[dict]) -> str:
@@ -46,7 +40,7 @@ def summary_table(trajs: list[dict]) -> str:
 def run(cfg: DictConfig) -> dict:
     out_dir = Path(cfg.out_dir)
     tasks = tasks_from_config(cfg)
-    backend = backend_from_config(cfg.model)
+    backend = backend_from_config(cfg.model, cfg.get("backend"))
     agent_cfg = AgentConfig(mode=cfg.mode, reasoning=cfg.reasoning, **OmegaConf.to_container(cfg.agent))
     agent = Agent(backend, agent_cfg)
     t0 = time.perf_counter()
@@ -56,7 +50,7 @@ def run(cfg: DictConfig) -> dict:
                           on_round=lambda step, n: bar.set_postfix(round=step, in_flight=n))
     wall = time.perf_counter() - t0
     write_jsonl(out_dir / "trajectories.jsonl", trajs)
-    summary = {**summarize(trajs), "wall_s": round(wall, 2), "policy": backend.fingerprint, "mode": agent_cfg.mode,
+    summary = {**summarize(trajs), "wall_s": round(wall, 2), "policy": backend.fingerprint, "backend": backend.name, "mode": agent_cfg.mode,
                "reasoning": agent_cfg.reasoning, "config": OmegaConf.to_container(cfg, resolve=True)}
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     print(summary_table(trajs))

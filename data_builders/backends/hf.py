@@ -96,6 +96,8 @@ class _LogprobRecorder:
 
 
 class HFBackend(Backend):
+    name = "hf"
+
     def __init__(self, model, tokenizer, *, model_id: str, adapter: str | None = None, max_batch_size: int = 32,
                  max_batch_tokens: int = 16384):
         self.model = model.eval()

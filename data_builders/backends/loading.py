@@ -7,11 +7,14 @@ converts it once into a safetensors directory under the toolwise cache and later
 """
 from __future__ import annotations
 
+import hashlib
 import importlib.util
+import json
 import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any, Callable
 
 import torch
 
@@ -85,20 +88,26 @@ def embedded_model_dir() -> Path:
         return target
     model, tok = _load_gguf(gguf, torch.float32)
     model.config._name_or_path = EMBEDDED_ID
+    _save_atomically(model, tok, target)
+    return target
+
+
+def _save_atomically(model, tok, target: Path, extra: dict[str, str] | None = None) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     # Write into a sibling temp dir and rename, so an interrupted conversion never leaves a half cache.
     tmp = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
     try:
         model.save_pretrained(tmp, safe_serialization=True)
         tok.save_pretrained(tmp)
+        for name, text in (extra or {}).items():
+            (tmp / name).write_text(text)
         try:
             tmp.rename(target)
         except OSError:  # another process finished first
-            if not (target / "model.safetensors").is_file():
+            if not (target / "config.json").is_file():
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return target
 
 
 def load_backend(model: str = "smollm2", *, gguf_file: str | None = None, adapter: str | None = None,
@@ -155,3 +164,91 @@ def build_tiny_llama(out_dir: str | Path, *, tokenizer_from: str | Path | None =
     model.save_pretrained(out, safe_serialization=True)
     tok.save_pretrained(out)
     return out
+
+
+# ---------------------------------------------------------------------------- other engines
+def _content_key(model: str, gguf_file: str | None, adapter_path: str | None, dtype: str) -> str:
+    """Names a merged copy by what went into it: the base as given, and the adapter's file bytes (a
+    retrained adapter at the same path gets a new copy, never a stale one)."""
+    h = hashlib.sha256(json.dumps([model, gguf_file, dtype]).encode())
+    if adapter_path and Path(adapter_path).is_dir():
+        for f in sorted(Path(adapter_path).glob("adapter_*")):
+            h.update(f.name.encode())
+            h.update(f.read_bytes())
+    elif adapter_path:
+        h.update(adapter_path.encode())
+    return h.hexdigest()[:16]
+
+
+def model_directory(model: str = "smollm2", *, gguf_file: str | None = None, adapter: str | None = None,
+                    dtype: str = "float32") -> tuple[str, str]:
+    """A safetensors directory (or hub id) holding exactly the policy's weights, for engines that load
+    weights themselves (vLLM), and the model id. GGUF files and peft adapters are loaded with
+    transformers, merged, and saved once under the toolwise cache."""
+    adapter_path = resolve_adapter(adapter)
+    is_gguf = bool(gguf_file) or str(model).endswith(".gguf")
+    if model in EMBEDDED_ALIASES and not adapter_path:
+        return str(embedded_model_dir()), EMBEDDED_ID
+    if not is_gguf and not adapter_path:
+        return str(model), str(model)
+    target = cache_root() / "merged" / _content_key(str(model), gguf_file, adapter_path, dtype)
+    id_file = target / "toolwise_model_id.txt"
+    if not id_file.is_file():
+        hf = load_backend(model, gguf_file=gguf_file, adapter=adapter, dtype=dtype, device="cpu")
+        hf.model.config._name_or_path = hf.model_id
+        _save_atomically(hf.model, hf.tokenizer, target, extra={id_file.name: hf.model_id})
+    return str(target), id_file.read_text()
+
+
+def _hf_from_config(model: Any, backend: Any) -> HFBackend:
+    return load_backend(model.name, gguf_file=model.get("gguf_file"), adapter=model.get("adapter"),
+                        dtype=model.get("dtype", "float32"), max_batch_size=model.get("max_batch_size", 32),
+                        max_batch_tokens=model.get("max_batch_tokens", 16384), device=model.get("device", "auto"))
+
+
+def _vllm_from_config(model: Any, backend: Any):
+    from .vllm_backend import VLLMBackend, import_vllm, vllm_environment
+
+    device = model.get("device", "auto")
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    vllm_environment("cpu" if device == "cpu" else "cuda", str(cache_root()), backend.get("cpu_kv_cache_gib", 4),
+                     backend.get("cpu_threads"))
+    import_vllm()   # fail with the install hint before any merging work
+    path, mid = model_directory(model.name, gguf_file=model.get("gguf_file"), adapter=model.get("adapter"),
+                                dtype=model.get("dtype", "float32"))
+    # The probe read's HF copy: on the GPU beside vLLM (lower gpu_memory_utilization for big models) or
+    # wherever backend.probe_device says.
+    hf_device = backend.get("probe_device") or device
+    return VLLMBackend(path, model_id=mid, adapter=model.get("adapter"), dtype=model.get("dtype", "float32"),
+                       device=device, max_model_len=backend.get("max_model_len"),
+                       gpu_memory_utilization=backend.get("gpu_memory_utilization", 0.85),
+                       enforce_eager=backend.get("enforce_eager"),
+                       enable_prefix_caching=backend.get("enable_prefix_caching", True), seed=backend.get("seed", 0),
+                       hf_loader=lambda: load_backend(path, dtype=model.get("dtype", "float32"), model_id=mid,
+                                                      adapter=None, device=hf_device),
+                       engine_kwargs=dict(backend.get("engine_kwargs") or {}))
+
+
+def _openai_from_config(model: Any, backend: Any):
+    from .openai_backend import OpenAIBackend
+
+    # The prompt is rendered and counted locally, with the named model's tokenizer and chat template.
+    tok_dir = backend.get("tokenizer") or (str(embedded_model_dir()) if model.name in EMBEDDED_ALIASES else model.name)
+    return OpenAIBackend(base_url=backend.base_url, model=backend.get("served_model"), tokenizer=tok_dir,
+                         api_key=os.environ.get(backend.get("api_key_env") or "OPENAI_API_KEY", "EMPTY"),
+                         max_concurrency=backend.get("max_concurrency", 32), timeout_s=backend.get("timeout_s", 600),
+                         vllm_extras=backend.get("vllm_extras", True))
+
+
+# One registry of engines: ``backend=<name>`` in any recipe picks one.
+BACKENDS: dict[str, Callable[[Any, Any], Any]] = {
+    "hf": _hf_from_config, "vllm": _vllm_from_config, "openai": _openai_from_config}
+
+
+def backend_from_config(model: Any, backend: Any = None):
+    """The policy named by a ``model`` config group, on the engine named by a ``backend`` group."""
+    name = backend.get("name", "hf") if backend else "hf"
+    if name not in BACKENDS:
+        raise ValueError(f"unknown backend {name!r}; choose one of {sorted(BACKENDS)}")
+    return BACKENDS[name](model, backend or {})

