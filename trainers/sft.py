@@ -151,6 +151,7 @@ def fit(cfg: DictConfig) -> Path:
         gradient_accumulation_steps=t.grad_accum, logging_steps=t.logging_steps,
         eval_strategy="steps" if len(data.val) else "no", eval_steps=t.eval_steps, save_strategy="no",
         report_to=list(cfg.report_to), max_length=None, use_cpu=not torch.cuda.is_available(),
+        gradient_checkpointing=bool(t.get("gradient_checkpointing", False)),
         dataloader_num_workers=0, disable_tqdm=False)
     trainer = SFTTrainer(model=model, args=args, train_dataset=data.train,
                          eval_dataset=data.val if len(data.val) else None, processing_class=tokenizer,
