@@ -88,7 +88,7 @@ def _structured(text: str) -> Any:
         return _NOT_STRUCTURED
 
 
-def _scalar(text: str) -> str:
+def normalize_scalar(text: str) -> str:
     s = " ".join(text.split())
     if len(s) >= 2 and s[0] == s[-1] and s[0] in "\"'":
         s = s[1:-1]
@@ -108,10 +108,10 @@ def compare_values(pred: str, gold: str) -> bool:
         except Exception:  # noqa: BLE001 - e.g. RecursionError on self-similar deep values
             return False
     try:
-        norm_gold = _scalar(gold)
+        norm_gold = normalize_scalar(gold)
         if not norm_gold:
             return False
-        return _scalar(pred) == norm_gold
+        return normalize_scalar(pred) == norm_gold
     except Exception:  # noqa: BLE001 - string ops only; kept so scoring can never crash a run
         return False
 

@@ -134,6 +134,10 @@ class Agent:
         return _Episode(task=task, index=index, env=env, tools=env.tool_specs(), messages=messages,
                         rounds_budget=self.cfg.max_rounds, uid=self._uid)
 
+    def initial_prompt(self, task: Task) -> str:
+        """The first prompt of an episode on ``task`` exactly as the loop renders it (the probe reads this)."""
+        return self._render(self._start(task, -1))
+
     def _render(self, ep: _Episode) -> str:
         return self.backend.render(P.template_messages(ep.messages), ep.tools)
 

@@ -43,13 +43,13 @@ _POLICY = {
     "no_tool": "Do not use any tools.",
     "hard_no_tool": "Do not use any tools.",
 }
-_REASONING_LINE = ("First, in a few sentences, decide whether a tool is needed. If the task can be solved directly, "
+REASONING_LINE = ("First, in a few sentences, decide whether a tool is needed. If the task can be solved directly, "
                    "solve it without a tool; otherwise use the tool. Then proceed.")
 _FINAL_LINE = "When you are done, give the final answer in \\boxed{...}."
 
 
 def user_prompt(instruction: str, mode: str, reasoning: bool) -> str:
-    lines = ([_REASONING_LINE] if reasoning else []) + [_POLICY[canonical_mode(mode)], _FINAL_LINE]
+    lines = ([REASONING_LINE] if reasoning else []) + [_POLICY[canonical_mode(mode)], _FINAL_LINE]
     policy = "\n".join(f"{i}. {line}" for i, line in enumerate(lines, 1))
     return f"{instruction}\n\nResponse policy (required every turn):\n{policy}"
 

@@ -61,6 +61,24 @@ def render_chat(tokenizer, messages: Sequence[dict], tools: Sequence[dict] | Non
                                          **kwargs)
 
 
+def weights_fingerprint(model_id: str, config: Any, adapter: str | None) -> str:
+    """Stable id of the exact weights: model id + config hash + adapter; the same on every engine that
+    loads them, so results are attributed to one policy whichever engine produced them."""
+    return f"{model_id}@{config_hash(config)}" + (f"+{adapter}" if adapter else "")
+
+
+class ChatText:
+    """``render`` and ``count_tokens`` from a local tokenizer: every backend shares the one renderer."""
+
+    tokenizer: Any
+
+    def render(self, messages: Sequence[dict], tools: Sequence[dict] | None = None) -> str:
+        return render_chat(self.tokenizer, messages, tools)
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.tokenizer(text, add_special_tokens=False).input_ids)
+
+
 def _position_ids(mask: torch.Tensor) -> torch.Tensor:
     # Same rule as transformers' generate: positions count real tokens only, so left padding and
     # padding inside an appended prefill do not shift the rotary positions.
@@ -95,7 +113,7 @@ class _LogprobRecorder:
                                                                                device=sequences.device)
 
 
-class HFBackend(Backend):
+class HFBackend(ChatText, Backend):
     name = "hf"
 
     def __init__(self, model, tokenizer, *, model_id: str, adapter: str | None = None, max_batch_size: int = 32,
@@ -128,20 +146,13 @@ class HFBackend(Backend):
     # ---------------------------------------------------------------- identity
     @property
     def fingerprint(self) -> str:
-        fp = f"{self.model_id}@{config_hash(self.model.config)}"
-        return fp + (f"+{self.adapter}" if self.adapter else "")
+        return weights_fingerprint(self.model_id, self.model.config, self.adapter)
 
     @property
     def config(self):
         return self.model.config
 
     # ---------------------------------------------------------------- text
-    def render(self, messages: Sequence[dict], tools: Sequence[dict] | None = None) -> str:
-        return render_chat(self.tokenizer, messages, tools)
-
-    def count_tokens(self, text: str) -> int:
-        return len(self.tokenizer(text, add_special_tokens=False).input_ids)
-
     def _encode(self, texts: Sequence[str]) -> dict[str, torch.Tensor]:
         # The chat template already wrote every special token; adding BOS again would change the prompt.
         enc = self.tokenizer(list(texts), return_tensors="pt", padding=True, add_special_tokens=False)

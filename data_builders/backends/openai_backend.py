@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any, Hashable, Sequence
 
 from .base import Backend, Generation, PrefillState, SamplingParams
-from .hf import render_chat
+from .hf import ChatText
 
 OPENAI_INSTALL_HINT = "The OpenAI-compatible backend needs the openai client: pip install '.[openai]'"
 
@@ -27,7 +27,7 @@ class NoHiddenStates(RuntimeError):
     pass
 
 
-class OpenAIBackend(Backend):
+class OpenAIBackend(ChatText, Backend):
     name = "openai"
     n_layers = 0
 
@@ -67,12 +67,6 @@ class OpenAIBackend(Backend):
     @property
     def config(self):
         return self._config
-
-    def render(self, messages: Sequence[dict], tools: Sequence[dict] | None = None) -> str:
-        return render_chat(self.tokenizer, messages, tools)
-
-    def count_tokens(self, text: str) -> int:
-        return len(self.tokenizer(text, add_special_tokens=False).input_ids)
 
     def prefill(self, prompts: Sequence[str], layers: Sequence[int] | None = None) -> PrefillState:
         raise NoHiddenStates("the OpenAI-compatible backend exposes no hidden states, so the probe "

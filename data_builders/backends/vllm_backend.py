@@ -22,7 +22,7 @@ import os
 from typing import Any, Hashable, Sequence
 
 from .base import Backend, Generation, PrefillState, SamplingParams
-from .hf import config_hash, render_chat
+from .hf import ChatText, weights_fingerprint
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ def import_vllm():
     return vllm
 
 
-class VLLMBackend(Backend):
+class VLLMBackend(ChatText, Backend):
     name = "vllm"
 
     def __init__(self, model_dir: str, *, model_id: str, adapter: str | None, dtype: str = "float32",
@@ -85,23 +85,14 @@ class VLLMBackend(Backend):
         self.llm = vllm.LLM(**kw)
         self._vllm = vllm
 
-    # ---------------------------------------------------------------- identity / text (as the HF backend)
+    # ---------------------------------------------------------------- identity
     @property
     def fingerprint(self) -> str:
-        # The weights' identity, the same string the HF backend gives for the same model and adapter, so
-        # results from either engine are attributed to one policy.
-        fp = f"{self.model_id}@{config_hash(self._config)}"
-        return fp + (f"+{self.adapter}" if self.adapter else "")
+        return weights_fingerprint(self.model_id, self._config, self.adapter)
 
     @property
     def config(self):
         return self._config
-
-    def render(self, messages: Sequence[dict], tools: Sequence[dict] | None = None) -> str:
-        return render_chat(self.tokenizer, messages, tools)
-
-    def count_tokens(self, text: str) -> int:
-        return len(self.tokenizer(text, add_special_tokens=False).input_ids)
 
     # ---------------------------------------------------------------- generation
     def sampling_params(self, params: SamplingParams, return_logprobs: bool):

@@ -2,6 +2,8 @@
 
 ``builtin``: deterministic generators shipped with toolwise (no external files; a fresh clone has tasks).
 ``when2tool``: the benchmark's task files from a directory (``path=``), else the hub dataset.
+``gsm8k``: GSM8K-format math word problems (a ``.jsonl`` file, ``path=``) for the Calculator, optionally
+with a semantic distractor per problem (``distractor=``, seed paper 000).
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ __all__ = ["Task", "EnvSpec", "TaskFormatError", "ENV_CATEGORY", "load_tasks", "
            "tasks_from_config",
            "TASK_SOURCES"]
 
-TASK_SOURCES = ("builtin", "when2tool")
+TASK_SOURCES = ("builtin", "when2tool", "gsm8k")
 
 
 def interleave(tasks: Sequence[Task]) -> list[Task]:
@@ -46,14 +48,17 @@ def load_tasks(source: str = "builtin", *, split: str = "test", limit: int | Non
                envs: Sequence[str] | None = None, difficulties: Sequence[str] | None = None,
                n_per_cell: int = 20, seed: int = 0, path: str | None = None, hops: str | None = None,
                hub_id: str | None = None, revision: str | None = None, per_cell: int | None = None,
-               sample_seed: int = 0) -> list[Task]:
+               sample_seed: int = 0, distractor: str | None = None, distractor_seed: int = 0) -> list[Task]:
     """Tasks of one split from a source, filtered, interleaved over (difficulty, environment), cut to ``limit``.
 
     ``n_per_cell``/``seed`` apply to ``builtin``; ``path``/``hub_id``/``revision`` to ``when2tool``; ``hops``
-    (single / multi / both) to both.
+    (single / multi / both) to both. ``gsm8k`` needs ``path`` (a ``.jsonl`` file) and takes ``distractor``
+    (a kind from ``distractors.DISTRACTOR_KINDS``, or None) and ``distractor_seed``.
     ``per_cell=k`` keeps a stratified subsample: k tasks drawn (seeded by ``sample_seed``) from every
     (environment, difficulty, hops) cell, for runs too expensive for the whole split.
     """
+    if distractor is not None and source != "gsm8k":
+        raise ValueError(f"distractor= applies to the gsm8k task source only, not {source!r}")
     if source == "builtin":
         from .builtin import generate_builtin
 
@@ -62,6 +67,13 @@ def load_tasks(source: str = "builtin", *, split: str = "test", limit: int | Non
         from .when2tool import HUB_ID, load_when2tool
 
         tasks = load_when2tool(split, path=path, hops=hops or "both", hub_id=hub_id or HUB_ID, revision=revision)
+    elif source == "gsm8k":
+        from .gsm8k import load_gsm8k
+
+        if path is None:
+            raise ValueError("the gsm8k task source needs a file: pass tasks.path=<file.jsonl> "
+                             "(e.g. tasks.path=../shared/data/gsm8k/train.jsonl)")
+        tasks = load_gsm8k(path, split, distractor=distractor, distractor_seed=distractor_seed)
     else:
         raise ValueError(f"unknown task source {source!r}; known: {TASK_SOURCES}")
     if envs:

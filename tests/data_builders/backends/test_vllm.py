@@ -47,6 +47,13 @@ def agent_prompts(backend, n=8):
     return [agent._render(agent._start(t, i)) for i, t in enumerate(tasks)]
 
 
+def assert_same_generations(want, got):
+    for x, y in zip(want, got, strict=True):
+        assert (y.text, y.token_ids, y.finish_reason, y.prompt_tokens) == (x.text, x.token_ids, x.finish_reason,
+                                                                           x.prompt_tokens)
+        assert max(abs(p - q) for p, q in zip(x.logprobs, y.logprobs)) < 1e-3
+
+
 def test_same_policy_identity_and_prompts(engines):
     hf, vl = engines
     assert vl.fingerprint == hf.fingerprint       # same weights: one policy, whichever engine
@@ -57,12 +64,8 @@ def test_same_policy_identity_and_prompts(engines):
 def test_greedy_parity_with_hf(engines):
     hf, vl = engines
     prompts = agent_prompts(hf)
-    a = hf.generate(prompts, PARAMS, return_logprobs=True)
     b = vl.generate(prompts, PARAMS, return_logprobs=True)
-    for x, y in zip(a, b):
-        assert (y.text, y.token_ids, y.finish_reason, y.prompt_tokens) == (x.text, x.token_ids, x.finish_reason,
-                                                                           x.prompt_tokens)
-        assert max(abs(p - q) for p, q in zip(x.logprobs, y.logprobs)) < 1e-3
+    assert_same_generations(hf.generate(prompts, PARAMS, return_logprobs=True), b)
     assert {g.finish_reason for g in b} & {"stop", "eos"}      # the stop string path is exercised
 
 
@@ -152,12 +155,8 @@ def test_openai_backend_against_a_local_vllm_server(server):
     assert remote.served_model == "smollm2"
     local = load_backend("smollm2")          # the same bare weights, on HF
     prompts = agent_prompts(local, 4)
-    a = local.generate(prompts, PARAMS, return_logprobs=True)
-    b = remote.generate(prompts, PARAMS, return_logprobs=True)
-    for x, y in zip(a, b):
-        assert (y.text, y.token_ids, y.finish_reason, y.prompt_tokens) == (x.text, x.token_ids, x.finish_reason,
-                                                                           x.prompt_tokens)
-        assert max(abs(p - q) for p, q in zip(x.logprobs, y.logprobs)) < 1e-3
+    assert_same_generations(local.generate(prompts, PARAMS, return_logprobs=True),
+                            remote.generate(prompts, PARAMS, return_logprobs=True))
     tasks = load_tasks("builtin", split="test", limit=2)
     trajs = Agent(remote, AgentConfig(mode="force", max_rounds=2, max_new_tokens=64)).run(tasks)
     assert len(trajs) == 2 and all(t["policy"].startswith("openai:smollm2@") for t in trajs)

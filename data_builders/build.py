@@ -1,0 +1,107 @@
+"""Build a decision-point dataset: ``python -m data_builders.build kind=probe|flip|commit tasks=… model=…``.
+
+Tasks of the requested splits are cut into fixed shards of ``shard_size``; each shard is one batched rollout
+whose points are written atomically. A killed build resumes where it stopped (rerun the same command) and
+gives the same points, labels and features, bitwise. Ends with a table of counts per split × label ×
+category and one line ``points=… positives=… kind=…``.
+"""
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+from tqdm.auto import tqdm
+
+from recipes import CONFIG_DIR
+
+from .backends.loading import backend_from_config
+from .points.labelers import LABEL_RULES, LABELERS
+from .points.store import PointStore, load_points, task_hash
+from .tasks import load_tasks
+
+
+def featurizer_id(kind: str) -> dict:
+    from .features import FEATURIZERS
+
+    f = FEATURIZERS[kind]
+    return {"name": f.name, "version": f.version}
+
+
+def split_of(task, val_fraction: float, seed: int) -> str:
+    """test stays test; a train task goes to val by a hash of its id (stable, independent of the task list)."""
+    if task.split != "train":
+        return task.split
+    h = int(hashlib.sha256(f"{seed}:{task.id}".encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
+    return "val" if h < val_fraction else "train"
+
+
+def build_tasks(cfg: DictConfig) -> list:
+    options = OmegaConf.to_container(cfg.tasks, resolve=True)
+    source = options.pop("source")
+    return [t for split in cfg.splits for t in load_tasks(source, split=split, limit=cfg.get("limit"), **options)]
+
+
+def counts_table(points) -> tuple[str, dict]:
+    c = Counter(zip(points["split"], points["category"], points["label"]))
+    splits = sorted({k[0] for k in c})
+    cats = sorted({k[1] for k in c})
+    lines = [f"{'split':<7}{'category':<10}{'label=0':>9}{'label=1':>9}{'rate':>7}"]
+    counts: dict = {}
+    for s in splits:
+        for cat in cats:
+            n0, n1 = c.get((s, cat, 0), 0), c.get((s, cat, 1), 0)
+            if n0 + n1:
+                lines.append(f"{s:<7}{cat:<10}{n0:>9}{n1:>9}{n1 / (n0 + n1):>7.2f}")
+                counts[f"{s}/{cat}"] = {"0": n0, "1": n1}
+    return "\n".join(lines), counts
+
+
+def run(cfg: DictConfig) -> dict:
+    kind = cfg.kind
+    if kind not in LABELERS:
+        raise ValueError(f"unknown kind {kind!r}; choose one of {sorted(LABELERS)}")
+    tasks = build_tasks(cfg)
+    backend = backend_from_config(cfg.model, cfg.get("backend"))
+    builder = {k: cfg.get(k) for k in ("max_rounds", "max_new_tokens", "call_format", "feature_mode", "layers",
+                                       "forced_answer_tokens", "verify_rounds", "commit_mode", "val_fraction", "seed")}
+    manifest = {"kind": kind, "task_hash": task_hash(tasks), "n_tasks": len(tasks),
+                "task_source": OmegaConf.to_container(cfg.tasks, resolve=True), "backend": backend.fingerprint,
+                "featurizer": featurizer_id(kind), "label_rule": LABEL_RULES[kind], "shard_size": cfg.shard_size,
+                "builder": OmegaConf.to_container(OmegaConf.create(builder), resolve=True)}
+    store = PointStore(cfg.out_dir, manifest, overwrite=cfg.overwrite)
+    shards = [tasks[i:i + cfg.shard_size] for i in range(0, len(tasks), cfg.shard_size)]
+    done = store.done()
+    labeler = LABELERS[kind]
+    with tqdm(total=len(tasks), desc=f"build {kind}", unit="task", initial=sum(len(shards[i]) for i in done)) as bar:
+        for i, chunk in enumerate(shards):
+            if i in done:
+                continue
+            rows, tensors = labeler(backend, chunk, [split_of(t, cfg.val_fraction, cfg.seed) for t in chunk], cfg)
+            store.write_shard(i, rows, tensors)
+            bar.update(len(chunk))
+    ds = load_points(cfg.out_dir, require_complete=False)
+    table, counts = counts_table(ds.points)
+    positives = int(sum(ds.points["label"])) if len(ds) else 0
+    extra = {}
+    if kind == "flip" and len(ds):
+        extra = {"flip_classes": dict(Counter(ds.points["flip_class"]))}
+    store.finalize({"points": len(ds), "positives": positives, "by_split_category": counts, **extra})
+    print(table)
+    if extra:
+        n = len(ds)
+        print("flip classes: " + ", ".join(f"{k} {v} ({v / n:.1%})" for k, v in sorted(extra["flip_classes"].items())))
+    print(f"dataset: {Path(cfg.out_dir).resolve()}")
+    print(f"points={len(ds)} positives={positives} kind={kind}")
+    return {"points": len(ds), "positives": positives}
+
+
+@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="build")
+def main(cfg: DictConfig) -> None:
+    run(cfg)
+
+
+if __name__ == "__main__":
+    main()

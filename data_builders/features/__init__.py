@@ -1,0 +1,40 @@
+"""The featurizers: the only code that turns a decision moment into a controller input (DESIGN.md).
+
+The labelers call them at build time and the agent hooks at run time, so a controller always sees features
+computed by the same function on the same state. One per decision point:
+
+==========  ==========================  =====================================================================
+kind        featurizer                  input at the decision moment
+==========  ==========================  =====================================================================
+probe       ``last_token_hidden`` v1    hidden states of the first prompt's last token, every layer (seed 002)
+flip        ``toolgate_minilm`` v1      MiniLM embedding of a capped trajectory summary + structural (seed 004)
+commit      ``gstep`` v1                fixed-length vector of trajectory/answer/log-prob statistics (seed 000)
+==========  ==========================  =====================================================================
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import import_module
+
+
+@dataclass(frozen=True)
+class Featurizer:
+    kind: str
+    module: str
+
+    @property
+    def _mod(self):
+        return import_module(f"{__name__}.{self.module}")
+
+    @property
+    def name(self) -> str:
+        return self._mod.FEATURIZER_NAME
+
+    @property
+    def version(self) -> int:
+        return self._mod.FEATURIZER_VERSION
+
+
+# One registry: decision-point kind -> its featurizer module (imported on use; MiniLM loads only for flip).
+FEATURIZERS = {"probe": Featurizer("probe", "probe"), "flip": Featurizer("flip", "toolgate"),
+               "commit": Featurizer("commit", "gstep")}

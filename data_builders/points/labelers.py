@@ -1,0 +1,154 @@
+"""The three labelers: they run the policy on a chunk of tasks and return (point rows, feature tensors).
+
+Every label follows its seed's definition; every feature comes from ``data_builders.features``, computed
+inside the agent's own hook at the decision moment (the same call the run-time controller makes).
+
+* ``probe`` (seed 002): one point per task. Features: hidden states of the first prompt in ``feature_mode``
+  (the prompt the deployed probe reads). Label ``tool_needed`` = the policy fails the task in
+  ``hard_no_tool`` mode. Greedy decoding so labels are reproducible (the paper samples).
+* ``flip`` (seed 004): one point per call the policy proposes in ``default``-mode rollouts. A forced answer
+  (generation prefilled with ``\\boxed{``) is taken right before the call and right after its tool output;
+  class helpful (wrong→right), harmful (right→wrong) or unchanged; label execute-positive = helpful and the
+  episode ends correct.
+* ``commit`` (seed 000): one point per episode that answers. At the answer the recording hook says
+  "continue", so the loop injects one verification round (capped by ``verify_rounds``); label continue = the
+  answer was wrong and the verified final answer is right.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from ..agent import prompts as P
+from ..agent.hooks import Hooks
+from ..agent.loop import Agent, AgentConfig
+from ..backends.base import SamplingParams
+from ..environments import make_environment
+from ..scoring import is_correct
+from ..tasks.schema import Task
+
+FORCED_ANSWER_PREFILL = "\\boxed{"
+LABEL_RULES = {
+    "probe": "label=1 (tool needed) iff the policy's greedy hard_no_tool episode is incorrect",
+    "flip": "label=1 (execute) iff forced answer wrong before the tool output and right after, and the episode ends correct",
+    "commit": "label=1 (continue) iff the answer is wrong and one injected verification round makes it right",
+}
+
+
+def base_row(task: Task, split: str, point_id: str, label: int) -> dict[str, Any]:
+    return {"point_id": point_id, "task_id": str(task.id), "split": split, "env": task.env.name,
+            "category": task.category, "difficulty": task.difficulty, "multi_step": task.multi_step, "label": int(label)}
+
+
+def agent_config(cfg: Any, mode: str, n: int, **over) -> AgentConfig:
+    return AgentConfig(mode=mode, max_rounds=cfg.max_rounds, max_new_tokens=cfg.max_new_tokens, temperature=0.0,
+                       max_in_flight=max(n, 1), call_format=cfg.get("call_format", "auto"), **over)
+
+
+# ---------------------------------------------------------------------------- probe
+def label_probe(backend, tasks: Sequence[Task], splits: Sequence[str], cfg: Any) -> tuple[list[dict], dict]:
+    from ..features.probe import probe_features
+
+    agent = Agent(backend, agent_config(cfg, cfg.feature_mode, len(tasks)))
+    hidden = probe_features(backend, [agent.initial_prompt(t) for t in tasks], cfg.get("layers"))
+    trajs = Agent(backend, agent_config(cfg, "hard_no_tool", len(tasks))).run(tasks)
+    rows = [base_row(t, s, str(t.id), not tr["correct"]) | {"no_tool_answer": tr["answer"], "rounds": tr["rounds"],
+                                                          "ended": tr["ended"]}
+            for t, s, tr in zip(tasks, splits, trajs)]
+    return rows, {"hidden": hidden}
+
+
+# ---------------------------------------------------------------------------- flip
+@dataclass
+class _CallRecorder(Hooks):
+    """Executes every call, and records the ToolGate features and the message state at each one."""
+
+    points: dict[int, list[dict]] = field(default_factory=dict)
+
+    def pre_call(self, episode, call):
+        from ..features.toolgate import toolgate_state
+
+        text, structural = toolgate_state(episode, call)
+        self.points.setdefault(id(episode.task), []).append(
+            {"n_messages": len(episode.messages), "round": episode.round, "tool": call.name, "text": text,
+             "structural": structural})
+        return "execute"
+
+
+def _forced_answers(backend, items: list[tuple[Task, list[dict]]], cfg: Any) -> list[bool]:
+    prompts = []
+    for task, messages in items:
+        tools = make_environment(task.env).tool_specs()
+        prompts.append(backend.render(P.template_messages(messages), tools) + FORCED_ANSWER_PREFILL)
+    gens = backend.generate(prompts, SamplingParams(max_new_tokens=cfg.forced_answer_tokens)) if prompts else []
+    return [is_correct(FORCED_ANSWER_PREFILL + g.text, task.answer) for g, (task, _) in zip(gens, items)]
+
+
+def label_flip(backend, tasks: Sequence[Task], splits: Sequence[str], cfg: Any) -> tuple[list[dict], dict]:
+    from ..features.toolgate import embed_texts
+
+    recorder = _CallRecorder()
+    agent = Agent(backend, agent_config(cfg, "default", len(tasks)), recorder)
+    trajs = agent.run(tasks)
+    pending: list[tuple[Task, str, dict, dict]] = []
+    for task, split, tr in zip(tasks, splits, trajs):
+        for k, pt in enumerate(recorder.points.get(id(task), [])):
+            n = pt["n_messages"]
+            # The loop appends the call turn and its tool response right after the hook says "execute".
+            if len(tr["messages"]) < n + 2 or tr["messages"][n]["role"] != "assistant":
+                raise RuntimeError(f"task {task.id}: trajectory does not continue the recorded call state")
+            pending.append((task, split, pt, tr | {"_before": tr["messages"][:n], "_after": tr["messages"][:n + 2],
+                                                   "_k": k}))
+    before = _forced_answers(backend, [(t, tr["_before"]) for t, _, _, tr in pending], cfg)
+    after = _forced_answers(backend, [(t, tr["_after"]) for t, _, _, tr in pending], cfg)
+    rows = []
+    for (task, split, pt, tr), b, a in zip(pending, before, after):
+        flip = "helpful" if (a and not b) else "harmful" if (b and not a) else "unchanged"
+        rows.append(base_row(task, split, f"{task.id}:{tr['_k']}", flip == "helpful" and tr["correct"])
+                    | {"flip_class": flip, "before_correct": b, "after_correct": a, "episode_correct": tr["correct"],
+                       "tool": pt["tool"], "round": pt["round"], "summary": pt["text"]})
+    emb = embed_texts([pt["text"] for _, _, pt, _ in pending])
+    structural = np.stack([pt["structural"] for _, _, pt, _ in pending]) if pending else np.zeros((0, 0), np.float32)
+    return rows, {"embedding": torch.from_numpy(emb), "structural": torch.from_numpy(structural.astype(np.float32))}
+
+
+# ---------------------------------------------------------------------------- commit
+@dataclass
+class _AnswerRecorder(Hooks):
+    """Records the G-STEP features at the (first) answer and asks for one verification round."""
+
+    points: dict[int, dict] = field(default_factory=dict)
+
+    def on_answer(self, episode, answer_text):
+        from ..features.gstep import gstep_features
+
+        self.points[id(episode.task)] = {"features": gstep_features(episode, answer_text), "answer_text": answer_text,
+                                         "round": episode.round}
+        return "continue"
+
+
+def label_commit(backend, tasks: Sequence[Task], splits: Sequence[str], cfg: Any) -> tuple[list[dict], dict]:
+    from ..features.gstep import GSTEP_FEATURES
+
+    recorder = _AnswerRecorder()
+    agent = Agent(backend, agent_config(cfg, cfg.get("commit_mode", "default"), len(tasks), max_continues=1,
+                                        verify_rounds=cfg.verify_rounds), recorder)
+    trajs = agent.run(tasks)
+    rows, feats = [], []
+    for task, split, tr in zip(tasks, splits, trajs):
+        pt = recorder.points.get(id(task))
+        if pt is None:
+            continue   # the episode never answered: no commit/continue decision was taken
+        first = is_correct(pt["answer_text"], task.answer)
+        rows.append(base_row(task, split, str(task.id), (not first) and tr["correct"])
+                    | {"first_correct": first, "final_correct": tr["correct"], "round": pt["round"],
+                       "ended": tr["ended"]})
+        feats.append(pt["features"])
+    x = np.stack(feats).astype(np.float32) if feats else np.zeros((0, len(GSTEP_FEATURES)), np.float32)
+    return rows, {"features": torch.from_numpy(x)}
+
+
+LABELERS = {"probe": label_probe, "flip": label_flip, "commit": label_commit}

@@ -1,0 +1,130 @@
+"""The ``gsm8k`` task source: GSM8K-format math word problems solved with the Calculator tool.
+
+Seed paper 000 (the "tool-use tax" study) measures calculator use on GSM8K problems, clean and with
+semantic distractors; this source turns such a file into When2Tool-schema tasks for the same
+environments, prompts and scoring as the other sources.
+
+Input: JSON lines ``{"question": ..., "answer": "<worked solution> #### 72"}`` (GSM8K's own format;
+a copy of its train file is ``../shared/data/gsm8k/train.jsonl``). Per line:
+
+* gold: the text after ``####``, stripped, thousands commas removed (``"1,000"`` gives ``"1000"``);
+* difficulty: from the number of ``<<expr=value>>`` calculator annotations in the solution, a proxy
+  for the number of arithmetic steps: at most 2 easy, 3-4 medium, 5 or more hard; multi_step when
+  there is more than one;
+* split: GSM8K's train file has no held-out part, so a fixed hash of the question text puts about
+  10% of problems in ``test`` and the rest in ``train``. The split never depends on the seed, the
+  distractor or the file order, so train and test stay disjoint and stable (duplicate questions land
+  in the same split);
+* id: ``gsm8k-<line index>`` (0-based physical line; ``-<kind>`` appended with a distractor), so an
+  id names its line even when blank lines are skipped.
+
+Errors name the file, the 1-based line number (as ``record``) and the field.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+
+from .distractors import DISTRACTOR_KINDS, add_distractor, distractor_rng
+from .generators.calculator import TOOLS as CALCULATOR_TOOLS
+from .schema import SPLITS, Task, TaskFormatError
+
+__all__ = ["TEST_FRACTION", "calculator_annotations", "difficulty_of", "load_gsm8k", "question_split"]
+
+TEST_FRACTION = 0.1
+# The answer format of When2Tool's numeric tasks; the agent prompt adds the \boxed{} instruction.
+ANSWER_FORMAT = "Answer with only the number."
+_ANNOTATION = re.compile(r"<<([^<>]*)>>")
+
+
+def calculator_annotations(solution: str) -> list[tuple[str, str]]:
+    """The ``(expression, value)`` pairs of a GSM8K solution's ``<<expression=value>>`` annotations."""
+    pairs = []
+    for body in _ANNOTATION.findall(solution):
+        expr, _, value = body.rpartition("=")
+        pairs.append((expr.strip(), value.strip()))
+    return pairs
+
+
+def difficulty_of(n_annotations: int) -> str:
+    """At most 2 calculator steps is easy, 3-4 medium, 5 or more hard."""
+    return "easy" if n_annotations <= 2 else "medium" if n_annotations <= 4 else "hard"
+
+
+def question_split(question: str) -> str:
+    """``test`` for about :data:`TEST_FRACTION` of questions, by a SHA-256 of the text; else ``train``."""
+    h = int.from_bytes(hashlib.sha256(f"toolwise.gsm8k.split\x1f{question}".encode("utf-8")).digest()[:8], "big")
+    return "test" if h < TEST_FRACTION * 2 ** 64 else "train"
+
+
+def _field(rec: dict, name: str, source: str, line: int) -> str:
+    if name not in rec:
+        raise TaskFormatError(source, line, name, "missing")
+    value = rec[name]
+    if not isinstance(value, str):
+        raise TaskFormatError(source, line, name, f"expected a string, got {type(value).__name__}")
+    if not value.strip():
+        raise TaskFormatError(source, line, name, "empty")
+    return value.strip()
+
+
+def load_gsm8k(path: str | Path, split: str = "train", *, distractor: str | None = None,
+               distractor_seed: int = 0) -> list[Task]:
+    """The tasks of ``split`` from a GSM8K-format JSONL file, in file order.
+
+    ``distractor``: one of :data:`~data_builders.tasks.distractors.DISTRACTOR_KINDS` to insert one
+    distractor sentence per problem, seeded by ``(distractor_seed, line index)``. Filtering and
+    ``limit`` are applied by :func:`data_builders.tasks.load_tasks`.
+    """
+    if split not in SPLITS:
+        raise ValueError(f"split {split!r} not in {SPLITS}")
+    if distractor is not None and distractor not in DISTRACTOR_KINDS:
+        raise ValueError(f"unknown distractor {distractor!r}; choose one of {DISTRACTOR_KINDS} or null")
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise FileNotFoundError(f"GSM8K file not found: {path} (expected a .jsonl file, e.g. "
+                                "../shared/data/gsm8k/train.jsonl)")
+    source = str(path)
+    tasks = []
+    with path.open(encoding="utf-8") as fh:
+        for index, raw in enumerate(fh):
+            line = index + 1
+            if not raw.strip():
+                continue
+            try:
+                rec = json.loads(raw)
+            except json.JSONDecodeError as exc:
+                raise TaskFormatError(source, line, "<json>", f"not valid JSON: {exc}") from exc
+            if not isinstance(rec, dict):
+                raise TaskFormatError(source, line, "<record>", f"expected an object, got {type(rec).__name__}")
+            question = _field(rec, "question", source, line)
+            solution = _field(rec, "answer", source, line)
+            if "####" not in solution:
+                raise TaskFormatError(source, line, "answer", "no '#### <gold>' marker")
+            gold = solution.rpartition("####")[2].strip().replace(",", "")
+            if not gold:
+                raise TaskFormatError(source, line, "answer", "empty gold after '####'")
+            if question_split(question) != split:
+                continue
+            steps = calculator_annotations(solution)
+            text, tid, tags = question, f"gsm8k-{index}", ["gsm8k"]
+            if distractor:
+                avoid = [gold, *(value for _, value in steps)]
+                text = add_distractor(question, distractor, distractor_rng(distractor_seed, index, distractor),
+                                      avoid=avoid)
+                tid, tags = f"{tid}-{distractor}", tags + [distractor]
+            record = {
+                "id": tid,
+                "instruction": f"{text} {ANSWER_FORMAT}",
+                "environments": [{"name": "CalculatorEnv", "tools": list(CALCULATOR_TOOLS), "parameters": {}}],
+                "expected": {"answer": gold},
+                "difficulty": difficulty_of(len(steps)),
+                "multi_step": len(steps) > 1,
+                "tags": tags,
+                "category": "A",
+                "split": split,
+            }
+            tasks.append(Task.from_dict(record, source=source, index=line))
+    return tasks

@@ -1,0 +1,103 @@
+"""The three labelers' label rules, on a scripted policy whose every answer is known in advance."""
+from __future__ import annotations
+
+import pytest
+from omegaconf import OmegaConf
+
+from data_builders.features.gstep import GSTEP_FEATURES
+from data_builders.features.probe import probe_features
+from data_builders.features.toolgate import EMBEDDING_DIM, structural_names
+from data_builders.points.labelers import FORCED_ANSWER_PREFILL, label_commit, label_flip, label_probe
+from tests.data_builders.agent.test_loop import CALL, ScriptedBackend, calc_task
+
+CFG = OmegaConf.create({"max_rounds": 4, "max_new_tokens": 32, "feature_mode": "default", "layers": None,
+                        "forced_answer_tokens": 8, "verify_rounds": 2, "call_format": "xml"})
+
+
+class ForcingBackend(ScriptedBackend):
+    """Scripted rounds, plus forced answers (prompts ending in the \\boxed{ prefill): ``forced[key]`` gives
+    (answer before any tool output, answer once a tool response is in the context)."""
+
+    def __init__(self, scripts, forced):
+        super().__init__(scripts)
+        self.forced = forced
+
+    def generate(self, prompts, params=None, **kw):
+        if prompts and all(p.endswith(FORCED_ANSWER_PREFILL) for p in prompts):
+            from data_builders.backends.base import Generation
+
+            out = []
+            for p in prompts:
+                key = next(k for k in self.forced if k in p)
+                text = self.forced[key][1 if "<tool_response>" in p else 0] + "}"
+                out.append(Generation(text=text, token_ids=[1, 2], prompt_tokens=len(p.split()), finish_reason="eos"))
+            return out
+        return super().generate(prompts, params, **kw)
+
+
+def test_probe_label_is_failure_without_tools_and_features_are_the_first_prompt():
+    tasks = [calc_task(1, "2+2", "4"), calc_task(2, "17*23", "391")]
+    backend = ScriptedBackend({"2+2": ["\\boxed{4}"], "17*23": ["\\boxed{400}"]})
+    rows, tensors = label_probe(backend, tasks, ["train", "test"], CFG)
+    assert [r["label"] for r in rows] == [0, 1]                      # the model fails 17*23 without tools
+    assert [r["split"] for r in rows] == ["train", "test"] and rows[1]["no_tool_answer"] == "400"
+    assert tensors["hidden"].shape == (2, backend.n_layers + 1, 4)
+    # the prompts the probe read are the default-mode first prompts (what the run-time hook sees), all layers
+    from data_builders.agent.loop import Agent, AgentConfig
+    agent = Agent(backend, AgentConfig(mode="default"))
+    assert backend.last_prefill_state.prompts == [agent.initial_prompt(t) for t in tasks]
+    assert backend.last_prefill_state.layers == [0, 1, 2]
+    assert probe_features(backend, [agent.initial_prompt(tasks[0])], [1]).shape == (1, 1, 4)
+
+
+def test_flip_classes_and_execute_label():
+    tasks = [calc_task(1, "20+20", "40"), calc_task(2, "3*3", "9"), calc_task(3, "5+5", "10"), calc_task(4, "7*7", "49")]
+    scripts = {"20+20": [CALL % "20+20", "\\boxed{40}"],      # helpful, episode right -> execute
+               "3*3": [CALL % "3*3", "\\boxed{9}"],            # right before and after -> unchanged
+               "5+5": [CALL % "5+5", "\\boxed{11}"],           # harmful (forced answer right -> wrong)
+               "7*7": [CALL % "7*7", "\\boxed{50}"]}           # helpful forced answer but episode wrong -> 0
+    forced = {"20+20": ("41", "40"), "3*3": ("9", "9"), "5+5": ("10", "11"), "7*7": ("48", "49")}
+    rows, t = label_flip(ForcingBackend(scripts, forced), tasks, ["train"] * 4, CFG)
+    by = {r["task_id"]: r for r in rows}
+    assert [by[i]["flip_class"] for i in "1234"] == ["helpful", "unchanged", "harmful", "helpful"]
+    assert [by[i]["label"] for i in "1234"] == [1, 0, 0, 0]
+    assert by["1"]["point_id"] == "1:0" and by["1"]["tool"] == "evaluate_expression"
+    assert "Pending call: evaluate_expression" in by["1"]["summary"]
+    assert t["embedding"].shape == (4, EMBEDDING_DIM) and t["structural"].shape == (4, len(structural_names()))
+    assert t["structural"][:, 1].tolist() == [1.0] * 4               # each is the episode's first call
+
+
+def test_commit_label_is_wrong_then_verified_right():
+    tasks = [calc_task(1, "6*7", "42"), calc_task(2, "8*8", "64"), calc_task(3, "9*9", "81"), calc_task(4, "2*5", "10")]
+    scripts = {"6*7": ["\\boxed{41}", CALL % "6*7", "\\boxed{42}"],   # wrong, verification fixes it -> continue
+               "8*8": ["\\boxed{64}", "\\boxed{64}"],                  # right, unchanged -> commit
+               "9*9": ["\\boxed{80}", "\\boxed{80}"],                  # wrong, unchanged -> commit (no gain)
+               "2*5": ["just text", "more text"]}                      # never answers -> no decision point
+    rows, t = label_commit(ScriptedBackend(scripts), tasks, ["test"] * 4, CFG)
+    by = {r["task_id"]: r for r in rows}
+    assert set(by) == {"1", "2", "3"}
+    assert [by[i]["label"] for i in "123"] == [1, 0, 0]
+    assert by["1"]["first_correct"] is False and by["1"]["final_correct"] is True
+    assert t["features"].shape == (3, len(GSTEP_FEATURES))
+
+
+def test_recorded_toolgate_features_equal_a_run_time_gate_call():
+    """Training/serving skew check: a gate hook computing features at run time gets exactly the recorded ones."""
+    from data_builders.agent.hooks import Hooks
+    from data_builders.agent.loop import Agent, AgentConfig
+    from data_builders.features.toolgate import toolgate_state
+
+    seen = []
+
+    class Gate(Hooks):
+        def pre_call(self, episode, call):
+            seen.append(toolgate_state(episode, call))
+            return "execute"
+
+    tasks = [calc_task(1, "20+20", "40")]
+    scripts = {"20+20": [CALL % "20+20", "\\boxed{40}"]}
+    rows, t = label_flip(ForcingBackend(scripts, {"20+20": ("41", "40")}), tasks, ["train"], CFG)
+    Agent(ScriptedBackend(scripts), AgentConfig(mode="default", max_rounds=4, max_new_tokens=32,
+                                                call_format="xml"), Gate()).run(tasks)
+    assert seen[0][0] == rows[0]["summary"]
+    assert seen[0][1].tolist() == pytest.approx(t["structural"][0].tolist())
