@@ -248,6 +248,11 @@ BACKENDS: dict[str, Callable[[Any, Any], Any]] = {
 
 def backend_from_config(model: Any, backend: Any = None):
     """The policy named by a ``model`` config group, on the engine named by a ``backend`` group."""
+    from omegaconf import OmegaConf
+
+    # Plain dicts (Python callers) and Hydra configs alike: attribute and .get access below.
+    model = OmegaConf.create(dict(model)) if isinstance(model, dict) else model
+    backend = OmegaConf.create(dict(backend)) if isinstance(backend, dict) else backend
     name = backend.get("name", "hf") if backend else "hf"
     if name not in BACKENDS:
         raise ValueError(f"unknown backend {name!r}; choose one of {sorted(BACKENDS)}")
