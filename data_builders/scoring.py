@@ -30,17 +30,12 @@ _LATEX_WRAPPER = re.compile(r"\\(?:text|mathrm)\{(.*?)\}", re.DOTALL)
 _NOT_STRUCTURED = object()
 
 
-def extract_boxed(text: str) -> str:
-    """Stripped content of the first ``\\boxed{``, brace-matched; "" if there is no box.
-
-    An unclosed box runs to the end of the text. An empty box returns the whole text (original
-    behaviour, kept for comparable scores).
-    """
-    if not isinstance(text, str):
-        return ""
+def boxed_span(text: str) -> tuple[int, int] | None:
+    """(begin, end) character offsets of the first ``\\boxed{``'s content, brace-matched; an unclosed box
+    runs to the end of the text; None if there is no box."""
     start = text.find(BOXED_OPEN)
     if start < 0:
-        return ""
+        return None
     begin = start + len(BOXED_OPEN)
     depth, i = 1, begin
     while i < len(text):
@@ -52,6 +47,21 @@ def extract_boxed(text: str) -> str:
             if depth == 0:
                 break
         i += 1
+    return begin, i
+
+
+def extract_boxed(text: str) -> str:
+    """Stripped content of the first ``\\boxed{``, brace-matched; "" if there is no box.
+
+    An unclosed box runs to the end of the text. An empty box returns the whole text (original
+    behaviour, kept for comparable scores).
+    """
+    if not isinstance(text, str):
+        return ""
+    span = boxed_span(text)
+    if span is None:
+        return ""
+    begin, i = span
     content = text[begin:i].strip()
     return content if content else text
 

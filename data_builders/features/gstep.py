@@ -58,7 +58,7 @@ import numpy as np
 from ..agent import prompts as P
 from ..agent.hooks import EpisodeView
 from ..agent.parsing import reasoning_present
-from ..scoring import BOXED_OPEN, normalize_scalar, compare_values, extract_boxed
+from ..scoring import BOXED_OPEN, boxed_span, compare_values, extract_boxed, normalize_scalar
 
 FEATURIZER_NAME = "gstep"
 FEATURIZER_VERSION = 1
@@ -195,22 +195,8 @@ def _flag(b: Any) -> float:
 
 
 def _box_span(text: str) -> tuple[int, int] | None:
-    """(begin, end) of the first box's content, brace-matched like scoring; an unclosed box runs to the end."""
-    start = text.find(BOXED_OPEN)
-    if start < 0:
-        return None
-    begin = start + len(BOXED_OPEN)
-    depth, i = 1, begin
-    while i < len(text):
-        ch = text[i]
-        if ch == "{":
-            depth += 1
-        elif ch == "}":
-            depth -= 1
-            if depth == 0:
-                break
-        i += 1
-    return begin, i
+    """(begin, end) of the first box's content, brace-matched exactly as scoring does."""
+    return boxed_span(text)
 
 
 def _all_box_contents(text: str, limit: int = 16) -> list[str]:

@@ -144,7 +144,9 @@ def load_points(root: str | Path, *, kind: str | None = None, backend: str | Non
                 featurizer: dict | None = None, require_complete: bool = True) -> PointSet:
     """Load a dataset directory. ``kind``/``backend``/``featurizer`` (``{"name", "version"}``), when given, must
     match the manifest: features from one policy or featurizer are meaningless to a controller of another."""
-    from datasets import Dataset, concatenate_datasets
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from datasets import Dataset
     from safetensors.torch import load_file
 
     root = Path(root)
@@ -162,11 +164,12 @@ def load_points(root: str | Path, *, kind: str | None = None, backend: str | Non
     shards = sorted(int(f.stem.split("-")[1]) for f in root.glob("shard-*.done"))
     tables, feats = [], {}
     for i in shards:
-        pq = root / f"shard-{i:05d}.parquet"
-        if not pq.exists():
+        table = root / f"shard-{i:05d}.parquet"
+        if not table.exists():
             continue   # a shard with no points
-        tables.append(Dataset.from_parquet(str(pq), keep_in_memory=True))
+        tables.append(pq.read_table(table))
         for k, v in load_file(str(root / f"shard-{i:05d}.safetensors")).items():
             feats.setdefault(k, []).append(v)
-    points = concatenate_datasets(tables) if tables else Dataset.from_list([])
+    # An in-memory Dataset over the Arrow tables: no cache copy under ~/.cache/huggingface.
+    points = Dataset(pa.concat_tables(tables, promote_options="default")) if tables else Dataset.from_list([])
     return PointSet(points, {k: torch.cat(v) for k, v in feats.items()}, manifest)
