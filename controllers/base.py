@@ -1,0 +1,105 @@
+"""What every controller shares: a feature contract, a decision threshold τ, a logit temperature, and
+save/load through huggingface_hub's ``PyTorchModelHubMixin`` (``config.json`` + ``model.safetensors``).
+
+The contract says which features the controller was trained on — the featurizer (name + version), the
+policy whose states or trajectories they came from (backend fingerprint) and the input shape. Applying a
+controller to features with another contract raises :class:`ContractMismatch`: a probe trained on one
+model's hidden states means nothing on another model's.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+from huggingface_hub import PyTorchModelHubMixin
+from torch import nn
+
+
+class ContractMismatch(ValueError):
+    """Features or a backend that the controller was not trained for."""
+
+
+def make_contract(featurizer: dict, backend: str, input_shape: Sequence[int], **extra: Any) -> dict:
+    return {"featurizer": {"name": featurizer["name"], "version": int(featurizer["version"])}, "backend": backend,
+            "input_shape": [int(x) for x in input_shape], **extra}
+
+
+class Standardize(nn.Module):
+    """Feature standardisation inside the module, so a saved controller carries its own statistics."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.register_buffer("mean", torch.zeros(dim))
+        self.register_buffer("std", torch.ones(dim))
+
+    @torch.no_grad()
+    def fit(self, x: torch.Tensor) -> None:
+        self.mean.copy_(x.mean(0))
+        self.std.copy_(x.std(0).clamp_min(1e-6))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x - self.mean) / self.std
+
+
+class Controller(nn.Module, PyTorchModelHubMixin, library_name="toolwise", tags=["toolwise", "tool-use-controller"]):
+    """Base class: subclasses define ``registry_name`` and ``logits(x)`` on features of ``contract['input_shape']``.
+
+    Every ``__init__`` argument is JSON and lands in ``config.json`` (the mixin's rule), so a checkpoint
+    is rebuilt from its config alone; ``controller`` names the registry entry for :func:`controllers.load`.
+    """
+
+    registry_name = "base"
+
+    def __init__(self, *, contract: dict, tau: float = 0.5, temperature: float = 1.0, controller: str | None = None):
+        super().__init__()
+        if controller is not None and controller != self.registry_name:
+            raise ValueError(f"config names controller {controller!r} but this class is {self.registry_name!r}")
+        self.controller = self.registry_name
+        self.contract = contract
+        self.tau = float(tau)
+        self.temperature = float(temperature)
+
+    def save_pretrained(self, save_directory, **kwargs):
+        """The mixin's save, with the config refreshed: τ and temperature are set after training (calibration)
+        and the registry name must be in ``config.json`` for :func:`controllers.load`."""
+        if isinstance(self._hub_mixin_config, dict):
+            self._hub_mixin_config.update(controller=self.registry_name, tau=self.tau, temperature=self.temperature,
+                                          contract=self.contract)
+        return super().save_pretrained(save_directory, **kwargs)
+
+    # ------------------------------------------------------------------ contract
+    def check_contract(self, *, featurizer: dict | None = None, backend: str | None = None) -> None:
+        """Raise unless features from ``featurizer`` on ``backend`` are what this controller was trained on."""
+        want = self.contract
+        if featurizer is not None:
+            got = {"name": featurizer["name"], "version": int(featurizer["version"])}
+            if got != want["featurizer"]:
+                raise ContractMismatch(f"{self.registry_name} was trained on featurizer {want['featurizer']}, "
+                                       f"got features from {got}")
+        if backend is not None and backend != want["backend"]:
+            raise ContractMismatch(f"{self.registry_name} was trained on the policy {want['backend']!r}; "
+                                   f"these features come from {backend!r}")
+
+    def _check_shape(self, x: torch.Tensor) -> torch.Tensor:
+        shape = list(self.contract["input_shape"])
+        if list(x.shape[1:]) != shape:
+            raise ContractMismatch(f"{self.registry_name} expects features of shape [batch, {', '.join(map(str, shape))}]"
+                                   f", got {list(x.shape)}")
+        return x.float()
+
+    # ------------------------------------------------------------------ inference
+    def logits(self, x: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Calibrated logits: raw logits divided by the temperature."""
+        return self.logits(self._check_shape(x)) / self.temperature
+
+    @torch.no_grad()
+    def predict_proba(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.sigmoid(self(x))
+
+    @torch.no_grad()
+    def decide(self, x: torch.Tensor) -> torch.Tensor:
+        """True where the positive action (call a tool / execute / continue) is chosen: p >= τ."""
+        return self.predict_proba(x) >= self.tau
