@@ -16,14 +16,12 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from omegaconf import OmegaConf
-
 from data_builders.agent.loop import Agent, AgentConfig
 from data_builders.agent.trajectory import read_jsonl, summarize, write_jsonl
 from data_builders.backends.loading import backend_from_config
 from data_builders.tasks import load_tasks
 from data_builders.tasks.schema import DIFFICULTIES
-from recipes import CONFIG_DIR
+from recipes import compose
 
 CATEGORY_NAMES = {"A": "A scale", "B": "B knowledge", "C": "C execution", "M": "multi-hop"}
 
@@ -93,7 +91,7 @@ def main() -> None:
         tasks = load_tasks("builtin", split=args.split, n_per_cell=max(args.per_cell, 1), per_cell=args.per_cell,
                            sample_seed=args.sample_seed, difficulties=args.difficulties)
     backend = backend_from_config({"name": args.model, "adapter": args.adapter, "device": "auto"},
-                                  OmegaConf.load(f"{CONFIG_DIR}/backend/{args.backend}.yaml"))
+                                  compose("rollout", [f"backend={args.backend}"]).backend)
     results, seconds = {}, {}
     out = Path(args.out)
     for mode in args.modes:

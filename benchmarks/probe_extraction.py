@@ -13,13 +13,12 @@ import argparse
 import time
 
 import torch
-from omegaconf import OmegaConf
 
 from data_builders.agent.loop import Agent, AgentConfig
 from data_builders.backends.loading import backend_from_config
 from data_builders.features.probe import probe_features
 from data_builders.tasks import load_tasks
-from recipes import CONFIG_DIR
+from recipes import compose
 
 
 @torch.inference_mode()
@@ -37,7 +36,7 @@ def main() -> None:
     ap.add_argument("--tasks", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=2)
     args = ap.parse_args()
-    backend = backend_from_config(OmegaConf.load(f"{CONFIG_DIR}/model/{args.model}.yaml"))   # HF: the probe's engine
+    backend = backend_from_config(compose("rollout", [f"model={args.model}"]).model)   # HF: the probe's engine
     tasks = (load_tasks("when2tool", split="test", path=args.path, limit=args.tasks) if args.path
              else load_tasks("builtin", split="test", limit=args.tasks))
     agent = Agent(backend, AgentConfig(mode="default"))

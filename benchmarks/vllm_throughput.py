@@ -14,13 +14,11 @@ from __future__ import annotations
 import argparse
 import time
 
-from omegaconf import OmegaConf
-
 from data_builders.agent.loop import Agent, AgentConfig
 from data_builders.agent.trajectory import summarize
 from data_builders.backends.loading import backend_from_config
 from data_builders.tasks import load_tasks
-from recipes import CONFIG_DIR
+from recipes import compose
 
 
 def timed(backend, tasks, args) -> tuple[float, list[dict]]:
@@ -49,16 +47,13 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=192)
     ap.add_argument("--in-flight", type=int, default=64)
     args = ap.parse_args()
-    model_cfg = OmegaConf.load(f"{CONFIG_DIR}/model/{args.model}.yaml")
-    if "defaults" in model_cfg:   # smollm2_bare extends smollm2
-        base = OmegaConf.load(f"{CONFIG_DIR}/model/smollm2.yaml")
-        model_cfg = OmegaConf.merge(base, {k: v for k, v in model_cfg.items() if k != "defaults"})
     tasks = (load_tasks("when2tool", split="test", path=args.path, limit=args.tasks) if args.path
              else load_tasks("builtin", split="test", limit=args.tasks))
 
     arms = {}
     for name in ("hf", "vllm"):
-        backend = backend_from_config(model_cfg, OmegaConf.load(f"{CONFIG_DIR}/backend/{name}.yaml"))
+        cfg = compose("rollout", [f"model={args.model}", f"backend={name}"])
+        backend = backend_from_config(cfg.model, cfg.backend)
         arms[name] = timed(backend, tasks, args)
         del backend
     (t_hf, hf), (t_v, vl) = arms["hf"], arms["vllm"]
@@ -73,7 +68,7 @@ def main() -> None:
             print(f"  differs: task {tasks[i].id}: {first_difference(hf[i]['messages'], vl[i]['messages'])}")
     src = f"When2Tool test ({args.path})" if args.path else "built-in test"
     print(f"{len(tasks)} tasks from {src}, mode {args.mode}, max_rounds {args.max_rounds}, "
-          f"max_new_tokens {args.new_tokens}, greedy, policy {model_cfg.name}+{model_cfg.adapter}")
+          f"max_new_tokens {args.new_tokens}, greedy, policy {cfg.model.name}+{cfg.model.adapter}")
     print(f"vllm_speedup={t_hf / t_v:.2f} tasks={len(tasks)} hf_s={t_hf:.1f} vllm_s={t_v:.1f} "
           f"identical_trajectories={sum(same)}/{len(tasks)}")
 

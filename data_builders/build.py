@@ -20,7 +20,7 @@ from recipes import CONFIG_DIR
 from .backends.loading import backend_from_config
 from .points.labelers import LABEL_RULES, LABELERS
 from .points.store import PointStore, load_points, task_hash
-from .tasks import load_tasks
+from .tasks import tasks_from_config
 
 
 def featurizer_id(kind: str) -> dict:
@@ -36,12 +36,6 @@ def split_of(task, val_fraction: float, seed: int) -> str:
         return task.split
     h = int(hashlib.sha256(f"{seed}:{task.id}".encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
     return "val" if h < val_fraction else "train"
-
-
-def build_tasks(cfg: DictConfig) -> list:
-    options = OmegaConf.to_container(cfg.tasks, resolve=True)
-    source = options.pop("source")
-    return [t for split in cfg.splits for t in load_tasks(source, split=split, limit=cfg.get("limit"), **options)]
 
 
 def counts_table(points) -> tuple[str, dict]:
@@ -63,7 +57,7 @@ def run(cfg: DictConfig) -> dict:
     kind = cfg.kind
     if kind not in LABELERS:
         raise ValueError(f"unknown kind {kind!r}; choose one of {sorted(LABELERS)}")
-    tasks = build_tasks(cfg)
+    tasks = [t for split in cfg.splits for t in tasks_from_config(cfg, split)]
     backend = backend_from_config(cfg.model, cfg.get("backend"))
     builder = {k: cfg.get(k) for k in ("max_rounds", "max_new_tokens", "call_format", "feature_mode", "layers",
                                        "forced_answer_tokens", "verify_rounds", "commit_mode", "val_fraction", "seed")}

@@ -109,9 +109,7 @@ class VLLMBackend(ChatText, Backend):
                  cache_keys: Sequence[Hashable] | None = None) -> list[Generation]:
         from vllm.inputs import TokensPrompt
 
-        prompts = list(prompts)
-        if cache_keys is not None and len(cache_keys) != len(prompts):
-            raise ValueError("cache_keys must give one key per prompt")
+        prompts = list(prompts)   # cache_keys: nothing to keep, vLLM's prefix cache reuses each episode's KV
         if prefill_state is not None:
             if len(prefill_state.prompts) != len(prompts):
                 raise ValueError("prefill_state was made for a different number of prompts")

@@ -88,32 +88,33 @@ def _forced_answers(backend, items: list[tuple[Task, list[dict]]], cfg: Any) -> 
 
 
 def label_flip(backend, tasks: Sequence[Task], splits: Sequence[str], cfg: Any) -> tuple[list[dict], dict]:
-    from ..features.toolgate import embed_texts
+    from ..features.toolgate import embed_texts, structural_names
 
     recorder = _CallRecorder()
     agent = Agent(backend, agent_config(cfg, "default", len(tasks)), recorder)
     trajs = agent.run(tasks)
-    pending: list[tuple[Task, str, dict, dict]] = []
+    points = []   # (task, split, recorded call, episode record, messages before the call)
     for task, split, tr in zip(tasks, splits, trajs):
-        for k, pt in enumerate(recorder.points.get(id(task), [])):
+        for pt in recorder.points.get(id(task), []):
             n = pt["n_messages"]
             # The loop appends the call turn and its tool response right after the hook says "execute".
             if len(tr["messages"]) < n + 2 or tr["messages"][n]["role"] != "assistant":
                 raise RuntimeError(f"task {task.id}: trajectory does not continue the recorded call state")
-            pending.append((task, split, pt, tr | {"_before": tr["messages"][:n], "_after": tr["messages"][:n + 2],
-                                                   "_k": k}))
-    before = _forced_answers(backend, [(t, tr["_before"]) for t, _, _, tr in pending], cfg)
-    after = _forced_answers(backend, [(t, tr["_after"]) for t, _, _, tr in pending], cfg)
-    rows = []
-    for (task, split, pt, tr), b, a in zip(pending, before, after):
+            points.append((task, split, pt, tr, n))
+    before = _forced_answers(backend, [(t, tr["messages"][:n]) for t, _, _, tr, n in points], cfg)
+    after = _forced_answers(backend, [(t, tr["messages"][:n + 2]) for t, _, _, tr, n in points], cfg)
+    rows, k_of = [], {}
+    for (task, split, pt, tr, _), b, a in zip(points, before, after):
+        k = k_of[task.id] = k_of.get(task.id, -1) + 1
         flip = "helpful" if (a and not b) else "harmful" if (b and not a) else "unchanged"
-        rows.append(base_row(task, split, f"{task.id}:{tr['_k']}", flip == "helpful" and tr["correct"])
+        rows.append(base_row(task, split, f"{task.id}:{k}", flip == "helpful" and tr["correct"])
                     | {"flip_class": flip, "before_correct": b, "after_correct": a, "episode_correct": tr["correct"],
                        "tool": pt["tool"], "round": pt["round"], "summary": pt["text"]})
-    emb = embed_texts([pt["text"] for _, _, pt, _ in pending])
-    structural = np.stack([pt["structural"] for _, _, pt, _ in pending]) if pending else np.zeros((0, 0), np.float32)
-    return rows, {"embedding": torch.from_numpy(emb), "structural": torch.from_numpy(structural.astype(np.float32))}
-
+    emb = embed_texts([pt["text"] for _, _, pt, _, _ in points])
+    structural = np.zeros((len(points), len(structural_names())), np.float32)
+    for i, (_, _, pt, _, _) in enumerate(points):
+        structural[i] = pt["structural"]
+    return rows, {"embedding": torch.from_numpy(emb), "structural": torch.from_numpy(structural)}
 
 # ---------------------------------------------------------------------------- commit
 @dataclass

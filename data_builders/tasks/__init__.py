@@ -102,11 +102,11 @@ def stratified_sample(tasks: Sequence[Task], per_cell: int, seed: int = 0) -> li
     return [t for i, t in enumerate(tasks) if i in keep]
 
 
-def tasks_from_config(cfg) -> list[Task]:
+def tasks_from_config(cfg, split: str | None = None) -> list[Task]:
     """Tasks for a Hydra run: the ``tasks`` group's ``source`` picks the loader, its other keys are the
-    loader's keyword arguments; ``split`` and ``limit`` come from the run's top level."""
+    loader's keyword arguments; ``split`` (default: the run's ``split``) and ``limit`` come from the top level."""
     from omegaconf import OmegaConf
 
     options = OmegaConf.to_container(cfg.tasks, resolve=True)
     source = options.pop("source")
-    return load_tasks(source, split=cfg.split, limit=cfg.get("limit"), **options)
+    return load_tasks(source, split=split or cfg.split, limit=cfg.get("limit"), **options)
