@@ -18,7 +18,7 @@ from tqdm.auto import tqdm
 from recipes import CONFIG_DIR
 
 from .backends.loading import backend_from_config
-from .points.labelers import LABEL_RULES, LABELERS
+from .points.labelers import LABELERS, label_rule
 from .points.store import PointStore, load_points, task_hash
 from .tasks import tasks_from_config
 
@@ -60,10 +60,10 @@ def run(cfg: DictConfig) -> dict:
     tasks = [t for split in cfg.splits for t in tasks_from_config(cfg, split)]
     backend = backend_from_config(cfg.model, cfg.get("backend"))
     builder = {k: cfg.get(k) for k in ("max_rounds", "max_new_tokens", "call_format", "feature_mode", "layers",
-                                       "forced_answer_tokens", "verify_rounds", "commit_mode", "val_fraction", "seed")}
+                                       "forced_answer_tokens", "verify_rounds", "commit_mode", "commit_label", "val_fraction", "seed")}
     manifest = {"kind": kind, "task_hash": task_hash(tasks), "n_tasks": len(tasks),
                 "task_source": OmegaConf.to_container(cfg.tasks, resolve=True), "backend": backend.fingerprint,
-                "featurizer": featurizer_id(kind), "label_rule": LABEL_RULES[kind], "shard_size": cfg.shard_size,
+                "featurizer": featurizer_id(kind), "label_rule": label_rule(kind, cfg), "shard_size": cfg.shard_size,
                 "builder": OmegaConf.to_container(OmegaConf.create(builder), resolve=True)}
     store = PointStore(cfg.out_dir, manifest, overwrite=cfg.overwrite)
     shards = [tasks[i:i + cfg.shard_size] for i in range(0, len(tasks), cfg.shard_size)]

@@ -5,9 +5,12 @@ CONFIG_DIR = str(Path(__file__).resolve().parent)
 
 
 def compose(config_name: str, overrides: list[str] | tuple[str, ...] = ()):
-    """A config composed by Hydra outside a ``@hydra.main`` run (benchmarks, scripts): defaults lists and
+    """A config composed by Hydra (benchmarks, scripts, a recipe composing another config): defaults lists and
     group overrides such as ``model=smollm2_bare backend=vllm`` apply exactly as on the command line."""
     from hydra import compose as hydra_compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
 
+    if GlobalHydra.instance().is_initialized():   # inside a @hydra.main run (or a test's initialize):
+        return hydra_compose(config_name, overrides=list(overrides))   # same config root, compose directly
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         return hydra_compose(config_name, overrides=list(overrides))

@@ -120,7 +120,7 @@ Evaluation on held-out test tasks (bare vs SFT policy) is in the repository READ
 """
 
 
-def fit(cfg: DictConfig) -> Path:
+def fit(cfg: DictConfig, root: DictConfig | None = None) -> Path:
     import torch
     from peft import LoraConfig
     from transformers import AutoModelForCausalLM, AutoTokenizer

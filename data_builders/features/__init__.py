@@ -34,6 +34,15 @@ class Featurizer:
     def version(self) -> int:
         return self._mod.FEATURIZER_VERSION
 
+    @property
+    def id(self) -> dict:
+        return {"name": self.name, "version": self.version}
+
+    def controller_input(self, tensors: dict):
+        """The controller's input tensor from the named feature tensors this featurizer produced (a dataset
+        shard's tensors at training time, the hook's at run time): one assembly rule for both."""
+        return self._mod.controller_input(tensors)
+
 
 # One registry: decision-point kind -> its featurizer module (imported on use; MiniLM loads only for flip).
 FEATURIZERS = {"probe": Featurizer("probe", "probe"), "flip": Featurizer("flip", "toolgate"),

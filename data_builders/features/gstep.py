@@ -572,3 +572,8 @@ def gstep_features(view: EpisodeView, answer_text: str) -> np.ndarray:
         raise AssertionError(f"gstep feature drift: {sorted(set(f) ^ set(GSTEP_FEATURES))}")
     vec = np.fromiter((f[name] for name in GSTEP_FEATURES), dtype=np.float64, count=N_FEATURES)
     return np.nan_to_num(vec, nan=0.0, posinf=0.0, neginf=0.0).astype(np.float32)
+
+
+def controller_input(tensors: dict):
+    """[points, N_FEATURES] G-STEP vectors, as stored."""
+    return tensors["features"].float()

@@ -30,3 +30,8 @@ def from_prompt_state(state: Any) -> torch.Tensor:
     if state.hidden is None:
         raise ValueError("PromptState has no hidden states: the hook must set hidden_layers")
     return torch.as_tensor(state.hidden, dtype=torch.float32)
+
+
+def controller_input(tensors: dict) -> torch.Tensor:
+    """[points, layers, d_model] hidden states, as stored."""
+    return tensors["hidden"].float()

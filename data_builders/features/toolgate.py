@@ -107,3 +107,10 @@ def embed_texts(texts: Sequence[str], batch_size: int = 32) -> np.ndarray:
     out = _encoder().encode(list(texts), batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True,
                             show_progress_bar=False)
     return out.astype(np.float32)
+
+
+def controller_input(tensors: dict):
+    """[points, EMBEDDING_DIM + structural]: the MiniLM embedding followed by the structural features."""
+    import torch
+
+    return torch.cat([tensors["embedding"].float(), tensors["structural"].float()], dim=1)

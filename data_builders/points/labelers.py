@@ -11,8 +11,12 @@ inside the agent's own hook at the decision moment (the same call the run-time c
   class helpful (wrong→right), harmful (right→wrong) or unchanged; label execute-positive = helpful and the
   episode ends correct.
 * ``commit`` (seed 000): one point per episode that answers. At the answer the recording hook says
-  "continue", so the loop injects one verification round (capped by ``verify_rounds``); label continue = the
-  answer was wrong and the verified final answer is right.
+  "continue", so the loop injects one verification round (capped by ``verify_rounds``). Two label rules
+  (``commit_label``): ``wrong`` (default) — continue iff the answer at the decision is wrong, the gate is a
+  verifier of the policy's own answer; ``fixed`` — continue iff the answer is wrong *and* the verification
+  round makes it right. ``fixed`` is the stricter reading of seed 000 but for the embedded 135M policy it has
+  no positives at all (0/200 on When2Tool: one verification round never repairs a wrong answer), so the
+  default is the rule that gives a gate something to learn; both outcomes are stored on every point.
 """
 from __future__ import annotations
 
@@ -34,8 +38,19 @@ FORCED_ANSWER_PREFILL = "\\boxed{"
 LABEL_RULES = {
     "probe": "label=1 (tool needed) iff the policy's greedy hard_no_tool episode is incorrect",
     "flip": "label=1 (execute) iff forced answer wrong before the tool output and right after, and the episode ends correct",
-    "commit": "label=1 (continue) iff the answer is wrong and one injected verification round makes it right",
+    "commit": "label=1 (continue) iff the answer at the decision is wrong",
+    "commit:fixed": "label=1 (continue) iff the answer is wrong and one injected verification round makes it right",
 }
+
+
+def label_rule(kind: str, cfg: Any) -> str:
+    """The rule a build applies (part of the dataset's identity in its manifest)."""
+    if kind == "commit":
+        rule = cfg.get("commit_label", "wrong")
+        if rule not in ("wrong", "fixed"):
+            raise ValueError(f"commit_label={rule!r}: choose 'wrong' or 'fixed'")
+        return LABEL_RULES["commit" if rule == "wrong" else "commit:fixed"]
+    return LABEL_RULES[kind]
 
 
 def base_row(task: Task, split: str, point_id: str, label: int) -> dict[str, Any]:
@@ -134,6 +149,7 @@ class _AnswerRecorder(Hooks):
 def label_commit(backend, tasks: Sequence[Task], splits: Sequence[str], cfg: Any) -> tuple[list[dict], dict]:
     from ..features.gstep import GSTEP_FEATURES
 
+    fixed_rule = label_rule("commit", cfg) == LABEL_RULES["commit:fixed"]
     recorder = _AnswerRecorder()
     agent = Agent(backend, agent_config(cfg, cfg.get("commit_mode", "default"), len(tasks), max_continues=1,
                                         verify_rounds=cfg.verify_rounds), recorder)
@@ -144,7 +160,8 @@ def label_commit(backend, tasks: Sequence[Task], splits: Sequence[str], cfg: Any
         if pt is None:
             continue   # the episode never answered: no commit/continue decision was taken
         first = is_correct(pt["answer_text"], task.answer)
-        rows.append(base_row(task, split, str(task.id), (not first) and tr["correct"])
+        label = (not first) and (tr["correct"] or not fixed_rule)
+        rows.append(base_row(task, split, str(task.id), label)
                     | {"first_correct": first, "final_correct": tr["correct"], "round": pt["round"],
                        "ended": tr["ended"]})
         feats.append(pt["features"])

@@ -67,16 +67,17 @@ def test_flip_classes_and_execute_label():
     assert t["structural"][:, 1].tolist() == [1.0] * 4               # each is the episode's first call
 
 
-def test_commit_label_is_wrong_then_verified_right():
+@pytest.mark.parametrize("rule,expected", [("fixed", [1, 0, 0]), ("wrong", [1, 0, 1])])
+def test_commit_label_rules(rule, expected):
     tasks = [calc_task(1, "6*7", "42"), calc_task(2, "8*8", "64"), calc_task(3, "9*9", "81"), calc_task(4, "2*5", "10")]
     scripts = {"6*7": ["\\boxed{41}", CALL % "6*7", "\\boxed{42}"],   # wrong, verification fixes it -> continue
                "8*8": ["\\boxed{64}", "\\boxed{64}"],                  # right, unchanged -> commit
                "9*9": ["\\boxed{80}", "\\boxed{80}"],                  # wrong, unchanged -> commit (no gain)
                "2*5": ["just text", "more text"]}                      # never answers -> no decision point
-    rows, t = label_commit(ScriptedBackend(scripts), tasks, ["test"] * 4, CFG)
+    rows, t = label_commit(ScriptedBackend(scripts), tasks, ["test"] * 4, OmegaConf.merge(CFG, {"commit_label": rule}))
     by = {r["task_id"]: r for r in rows}
     assert set(by) == {"1", "2", "3"}
-    assert [by[i]["label"] for i in "123"] == [1, 0, 0]
+    assert [by[i]["label"] for i in "123"] == expected
     assert by["1"]["first_correct"] is False and by["1"]["final_correct"] is True
     assert t["features"].shape == (3, len(GSTEP_FEATURES))
 

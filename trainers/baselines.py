@@ -1,0 +1,63 @@
+"""The probe's two baselines, in the same table as the all-layer probe (issue: what do hidden states add?).
+
+* ``single_layer``: the same LinearProbe and training on one layer; the layer is chosen by validation AUROC
+  (never by test), and its test AUROC is reported.
+* ``bag_of_words``: scikit-learn logistic regression on word 1-2-gram counts of the task instruction — what
+  the text alone predicts, with no model states.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+from omegaconf import DictConfig
+from sklearn.feature_extraction.text import CountVectorizer
+from sklearn.linear_model import LogisticRegression
+from sklearn.metrics import roc_auc_score
+from sklearn.pipeline import make_pipeline
+
+from data_builders.tasks import tasks_from_config
+
+
+def _auroc(y, p):
+    y = np.asarray(y, int)
+    return float(roc_auc_score(y, p)) if 0 < y.sum() < len(y) else None
+
+
+def single_layer(recipe, points, splits) -> dict:
+    from .controller_fit import new_controller, raw_logits, train
+
+    (x_tr, y_tr, _), (x_va, y_va, _), (x_te, y_te, _) = (splits[s] for s in ("train", "val", "test"))
+    n_layers = x_tr.shape[1]
+    val = {}
+    for layer in range(n_layers):
+        c = new_controller(recipe, points, x_tr, layers=[layer])
+        train(c, recipe.train, (x_tr, y_tr), None, progress=False)
+        val[layer] = _auroc(y_va.numpy(), raw_logits(c, x_va).numpy()) if len(y_va) else None
+    scored = {k: v for k, v in val.items() if v is not None}
+    best = max(scored, key=scored.get) if scored else n_layers - 1
+    c = new_controller(recipe, points, x_tr, layers=[best])
+    train(c, recipe.train, (x_tr, y_tr), None, progress=False)
+    return {"test": {"auroc": _auroc(y_te.numpy(), raw_logits(c, x_te).numpy())}, "layer": best,
+            "val_auroc_by_layer": val, "detail": f"layer {best} of {n_layers}, chosen on val"}
+
+
+def bag_of_words(points, splits, build: DictConfig, C: float) -> dict:
+    text = {}
+    for split in build.splits:
+        text |= {str(t.id): t.instruction for t in tasks_from_config(build, split)}
+    docs = {s: [text[i] for i in splits[s][2].points["task_id"]] for s in ("train", "test")}
+    model = make_pipeline(CountVectorizer(ngram_range=(1, 2), min_df=1),
+                          LogisticRegression(C=C, class_weight="balanced", max_iter=2000))
+    model.fit(docs["train"], splits["train"][1].numpy().astype(int))
+    p = model.predict_proba(docs["test"])[:, 1] if docs["test"] else np.zeros(0)
+    return {"test": {"auroc": _auroc(splits["test"][1].numpy(), p)}, "detail": f"word 1-2-grams, C={C}"}
+
+
+def probe_baselines(recipe: DictConfig, cfg: DictConfig, points, splits, build: DictConfig) -> dict:
+    b = recipe.baselines
+    out = {}
+    if b.get("single_layer"):
+        out["best single-layer probe"] = single_layer(recipe, points, splits)
+    if b.get("bag_of_words"):
+        out["bag-of-words logistic regression"] = bag_of_words(points, splits, build, b.get("bow_C", 1.0))
+    return out

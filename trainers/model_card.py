@@ -1,0 +1,69 @@
+"""The ``README.md`` of an exported controller: what it decides, the data, the metrics, how to load and
+how to reproduce it. Written with huggingface_hub's ``ModelCard`` so the YAML front matter is the hub's."""
+from __future__ import annotations
+
+import json
+
+from huggingface_hub import ModelCard, ModelCardData
+from omegaconf import DictConfig
+
+from .metrics import metrics_table
+
+ACTIONS = {"probe": "call tools for this task (else the response is prefilled to answer directly)",
+           "flip": "execute the pending tool call (else it is skipped with a no-op tool message)",
+           "commit": "continue with a verification round (else the answer is committed)"}
+
+
+def controller_card(recipe: DictConfig, controller, metrics: dict, manifest: dict) -> str:
+    kind = manifest["kind"]
+    test, cal = metrics["splits"]["test"], metrics["calibration"]
+    data = ModelCardData(library_name="toolwise", tags=["toolwise", "tool-use-controller", recipe.name])
+    baselines = ""
+    if metrics.get("baselines"):
+        rows = [f"| {recipe.name} ({controller.registry_name}, all features) | {test['all'].get('auroc')} |"]
+        rows += [f"| {k}{' (' + b['detail'] + ')' if b.get('detail') else ''} | {b['test']['auroc']} |"
+                 for k, b in metrics["baselines"].items()]
+        baselines = "\n## Baselines (test AUROC)\n\n| model | AUROC |\n|---|---|\n" + "\n".join(rows) + "\n"
+    content = f"""---
+{data.to_yaml()}
+---
+
+# {recipe.name}: `{controller.registry_name}`
+
+Decides, at each `{kind}` decision point, whether to **{ACTIONS.get(kind, 'take the positive action')}**:
+`p = sigmoid(logits / T) ≥ τ` with T = {cal['temperature']:.4f} and τ = {cal['tau']:.4f}
+(τ rule `{cal['tau_method']}` = {cal['tau_value']} on the validation split).
+
+- Label rule: {manifest['label_rule']}
+- Policy (backend fingerprint): `{manifest['backend']}`
+- Featurizer: `{manifest['featurizer']['name']}` v{manifest['featurizer']['version']}, input shape
+  {controller.contract['input_shape']}
+- Tasks: `{json.dumps(manifest.get('task_source'))}` (task hash {manifest['task_hash']})
+- Points: {metrics['points']}; dataset `{metrics['dataset']}`
+- Training: {metrics['train_seconds']:.1f} s (Lightning, CPU)
+
+## Test metrics
+
+```
+{metrics_table(test, 'test split')}
+```
+Columns: see `trainers/metrics.py` (`missed` = positives denied the action, as a share of all points).
+{baselines}
+## Use
+
+```python
+import controllers
+gate = controllers.load("{recipe.export_dir}")
+gate.check_contract(featurizer={{"name": "{manifest['featurizer']['name']}", "version": {manifest['featurizer']['version']}}},
+                    backend="{manifest['backend']}")
+p = gate.predict_proba(x)      # x from data_builders.features.FEATURIZERS["{kind}"].controller_input(...)
+```
+
+## Reproduce
+
+```
+{recipe.command}
+```
+(`train_config.yaml` holds the resolved configuration; `metrics.json` every split by category and difficulty.)
+"""
+    return ModelCard(content).content

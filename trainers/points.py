@@ -1,0 +1,59 @@
+"""Decision points for a controller recipe: reuse a built dataset, or build it (``data_builders.build``).
+
+The build configuration is the ``build`` config composed by Hydra, with the fit run's ``model``, ``backend``
+and ``tasks`` groups and the recipe's ``points.build`` keys on top. Unless ``points.dir`` names a dataset,
+the dataset lives in ``outputs/points/<kind>/<source>-<hash>``, the hash taken over that whole build
+configuration: the same recipe reuses its points (a complete build only loads them back), a changed task
+set, policy or builder setting builds a new dataset instead of tripping over the old one.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from data_builders.features import FEATURIZERS
+from data_builders.points.store import PointSet, load_points
+
+
+def build_config(cfg: DictConfig) -> DictConfig:
+    from recipes import compose
+
+    recipe = cfg.recipe
+    build = compose("build", [f"kind={recipe.points.kind}"])
+    OmegaConf.set_struct(build, False)
+    for group in ("model", "backend", "tasks"):   # replaced whole: another source has other keys
+        build[group] = cfg[group]
+    build = OmegaConf.merge(build, recipe.points.get("build") or {})
+    build.pop("hydra", None)
+    if not recipe.points.get("dir"):
+        ident = OmegaConf.to_container(build, resolve=True)
+        ident.pop("out_dir", None)
+        ident.pop("overwrite", None)
+        digest = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:10]
+        build.out_dir = str(Path(recipe.points.root) / recipe.points.kind / f"{build.tasks.source}-{digest}")
+    else:
+        build.out_dir = str(recipe.points.dir)
+    return build
+
+
+def decision_points(cfg: DictConfig) -> tuple[PointSet, DictConfig]:
+    """The recipe's decision-point dataset (built or resumed if incomplete) and the build config behind it."""
+    kind = cfg.recipe.points.kind
+    build = build_config(cfg)
+    manifest = Path(build.out_dir) / "manifest.json"
+    complete = manifest.is_file() and json.loads(manifest.read_text()).get("complete")
+    if cfg.recipe.points.get("dir") and not complete:
+        raise FileNotFoundError(f"points.dir={build.out_dir}: no complete decision-point dataset there "
+                                f"(build it with python -m data_builders.build kind={kind} out_dir=...)")
+    if not complete:
+        from data_builders.build import run as build_points
+
+        print(f"building {kind} decision points into {build.out_dir}")
+        build_points(build)
+    else:
+        print(f"reusing {kind} decision points from {build.out_dir}")
+    points = load_points(build.out_dir, kind=kind, featurizer=FEATURIZERS[kind].id)
+    return points, build

@@ -1,0 +1,68 @@
+"""Run tracking: the ``logger`` group (``recipes/logger/``) → a Lightning logger, W&B by default.
+
+W&B runs offline when no API key is configured (``WANDB_API_KEY`` or a ``~/.netrc`` entry), so a run never
+stops at a login prompt; ``wandb sync <run dir>`` uploads it later. ``logger=csv`` writes Lightning CSV
+logs, ``logger=none`` logs nothing.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+
+def wandb_has_key() -> bool:
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    netrc = Path.home() / ".netrc"
+    return netrc.is_file() and "api.wandb.ai" in netrc.read_text(errors="ignore")
+
+
+def wandb_mode(cfg: DictConfig) -> str:
+    mode = cfg.logger.get("mode", "auto")
+    if os.environ.get("WANDB_MODE"):
+        return os.environ["WANDB_MODE"]
+    return ("online" if wandb_has_key() else "offline") if mode == "auto" else mode
+
+
+def setup_wandb_env(cfg: DictConfig, run_dir: Path) -> None:
+    """Environment for libraries that start W&B themselves (TRL's ``report_to``)."""
+    if cfg.logger.name != "wandb":
+        return
+    os.environ.setdefault("WANDB_MODE", wandb_mode(cfg))
+    os.environ.setdefault("WANDB_PROJECT", cfg.logger.project)
+    os.environ.setdefault("WANDB_DIR", str(run_dir))
+    os.environ.setdefault("WANDB_SILENT", "true")
+
+
+def make_logger(cfg: DictConfig):
+    name = cfg.logger.name
+    run_dir = Path(cfg.recipe.run_dir)
+    if name == "none":
+        return None
+    if name == "csv":
+        from lightning.pytorch.loggers import CSVLogger
+
+        return CSVLogger(save_dir=str(run_dir), name="csv")
+    if name == "wandb":
+        from lightning.pytorch.loggers import WandbLogger
+
+        run_dir.mkdir(parents=True, exist_ok=True)
+        logger = WandbLogger(project=cfg.logger.project, group=cfg.logger.get("group") or cfg.recipe.name,
+                             name=run_dir.name, save_dir=str(run_dir), offline=wandb_mode(cfg) == "offline",
+                             job_type="fit", tags=[cfg.recipe.name])
+        logger.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
+        return logger
+    raise ValueError(f"logger.name={name!r}: choose wandb, csv or none")
+
+
+def log_artifact(logger, directory: Path, *, name: str, kind: str) -> None:
+    """The exported directory as a W&B artifact (stored locally when offline, uploaded by ``wandb sync``)."""
+    if type(logger).__name__ != "WandbLogger":
+        return
+    import wandb
+
+    art = wandb.Artifact(name=name, type=kind)
+    art.add_dir(str(directory))
+    logger.experiment.log_artifact(art)
