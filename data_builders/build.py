@@ -53,7 +53,8 @@ def counts_table(points) -> tuple[str, dict]:
     return "\n".join(lines), counts
 
 
-def run(cfg: DictConfig) -> dict:
+def run(cfg: DictConfig, command: str | None = None) -> dict:
+    """Build (or resume) ``cfg.out_dir``; ``command`` is recorded in the manifest as how to rebuild it."""
     kind = cfg.kind
     if kind not in LABELERS:
         raise ValueError(f"unknown kind {kind!r}; choose one of {sorted(LABELERS)}")
@@ -82,7 +83,8 @@ def run(cfg: DictConfig) -> dict:
     extra = {}
     if kind == "flip" and len(ds):
         extra = {"flip_classes": dict(Counter(ds.points["flip_class"]))}
-    store.finalize({"points": len(ds), "positives": positives, "by_split_category": counts, **extra})
+    store.finalize({"points": len(ds), "positives": positives, "by_split_category": counts, **extra},
+                   command=command)
     print(table)
     if extra:
         n = len(ds)
@@ -94,7 +96,9 @@ def run(cfg: DictConfig) -> dict:
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="build")
 def main(cfg: DictConfig) -> None:
-    run(cfg)
+    from hydra.core.hydra_config import HydraConfig
+
+    run(cfg, "python -m data_builders.build " + " ".join(HydraConfig.get().overrides.task))
 
 
 if __name__ == "__main__":

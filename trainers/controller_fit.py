@@ -7,7 +7,9 @@ probe's baselines) → ``checkpoints/<recipe>/<run>/`` with model card, metrics 
 from __future__ import annotations
 
 import json
+import logging
 import time
+import warnings
 from pathlib import Path
 
 import lightning as L
@@ -27,6 +29,11 @@ from .model_card import controller_card
 from .points import decision_points
 
 SPLITS = ("train", "val", "test")
+
+# Lightning's per-fit banners (GPU/TPU availability, tips) repeat for every fit (the probe baselines run 32);
+# warnings and errors still show.
+logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
+warnings.filterwarnings("ignore", message=".*isinstance\\(treespec, LeafSpec\\)")
 
 
 def split_tensors(points: PointSet, kind: str) -> dict[str, tuple[torch.Tensor, torch.Tensor, PointSet]]:
@@ -55,7 +62,8 @@ def train(controller: Controller, t: DictConfig, train_xy, val_xy, logger=None, 
                               class_weights=balanced_weights(train_xy[1]) if t.class_balance else (1.0, 1.0),
                               max_iter=t.lbfgs_max_iter)
     data = TensorDataModule(train_xy, val_xy, batch_size=t.batch_size, seed=t.seed)
-    trainer = L.Trainer(max_epochs=t.max_epochs, accelerator="cpu", devices=1, logger=logger or False,
+    has_val = val_xy is not None and len(val_xy[1]) > 0
+    trainer = L.Trainer(limit_val_batches=1.0 if has_val else 0,max_epochs=t.max_epochs, accelerator="cpu", devices=1, logger=logger or False,
                         enable_checkpointing=False, enable_progress_bar=progress, enable_model_summary=False,
                         check_val_every_n_epoch=max(1, t.max_epochs // 10), deterministic=True,
                         num_sanity_val_steps=0, log_every_n_steps=1)

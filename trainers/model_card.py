@@ -64,6 +64,7 @@ p = gate.predict_proba(x)      # x from data_builders.features.FEATURIZERS["{kin
 ```
 {recipe.command}
 ```
+The decision points were built by `{manifest.get('build_command', 'python -m data_builders.build (command not recorded)')}`.
 (`train_config.yaml` holds the resolved configuration; `metrics.json` every split by category and difficulty.)
 """
     return ModelCard(content).content

@@ -52,7 +52,7 @@ def decision_points(cfg: DictConfig) -> tuple[PointSet, DictConfig]:
         from data_builders.build import run as build_points
 
         print(f"building {kind} decision points into {build.out_dir}")
-        build_points(build)
+        build_points(build, command=f"{cfg.recipe.get('command', 'python -m trainers.fit')} (its decision-point build)")
     else:
         print(f"reusing {kind} decision points from {build.out_dir}")
     points = load_points(build.out_dir, kind=kind, featurizer=FEATURIZERS[kind].id)

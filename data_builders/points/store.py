@@ -114,8 +114,11 @@ class PointStore:
             _atomic_write(self._shard(i, "parquet"), lambda tmp: pq.write_table(table, tmp))
         _write_json(self._shard(i, "done"), {"points": len(rows)})
 
-    def finalize(self, counts: dict[str, Any]) -> None:
+    def finalize(self, counts: dict[str, Any], command: str | None = None) -> None:
+        """Mark the build complete; ``command`` (not part of the identity) says how it was made."""
         self.manifest.update(counts=counts, complete=True)
+        if command:
+            self.manifest["build_command"] = command
         _write_json(self.root / "manifest.json", self.manifest)
 
 
