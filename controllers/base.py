@@ -35,8 +35,11 @@ class Standardize(nn.Module):
     @torch.no_grad()
     def fit(self, x: torch.Tensor) -> None:
         self.mean.copy_(x.mean(0))
-        # population std (ddof=0), as scikit-learn's StandardScaler: the benchmark compares against it
-        self.std.copy_(x.std(0, correction=0).clamp_min(1e-6))
+        # population std (ddof=0), as scikit-learn's StandardScaler (the benchmark compares against it); a
+        # feature constant on the training set keeps scale 1, as there: dividing by ~0 would turn any
+        # deviation at test time (a value train never showed) into a logit of millions
+        std = x.std(0, correction=0)
+        self.std.copy_(torch.where(std < 1e-6, torch.ones_like(std), std))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return (x - self.mean) / self.std

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from sklearn.feature_extraction.text import CountVectorizer
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import roc_auc_score
 from sklearn.pipeline import make_pipeline
 
-from data_builders.tasks import tasks_from_config
+from data_builders.tasks import load_tasks
 
 
 def _auroc(y, p):
@@ -42,9 +42,13 @@ def single_layer(recipe, points, splits) -> dict:
 
 
 def bag_of_words(points, splits, build: DictConfig, C: float) -> dict:
+    # The instructions of the tasks the dataset was built on: its manifest's task source, whole splits (the
+    # manifest has no limit). A points.dir dataset may come from other tasks or another limit than this run.
+    source = dict(points.manifest.get("task_source") or OmegaConf.to_container(build.tasks, resolve=True))
+    name = source.pop("source")
     text = {}
-    for split in build.splits:
-        text |= {str(t.id): t.instruction for t in tasks_from_config(build, split)}
+    for split in ("train", "test"):
+        text |= {str(t.id): t.instruction for t in load_tasks(name, split=split, **source)}
     docs = {s: [text[i] for i in splits[s][2].points["task_id"]] for s in ("train", "test")}
     model = make_pipeline(CountVectorizer(ngram_range=(1, 2), min_df=1),
                           LogisticRegression(C=C, class_weight="balanced", max_iter=2000))

@@ -23,7 +23,7 @@ from data_builders.points.store import PointSet
 
 from .calibration import choose_tau, fit_temperature
 from .lit import ControllerModule, TensorDataModule, balanced_weights
-from .tracking import log_artifact, make_logger
+from .tracking import finish, log_artifact, make_logger
 from .metrics import grouped_metrics, metrics_table
 from .model_card import controller_card
 from .points import decision_points
@@ -141,7 +141,11 @@ def fit(recipe: DictConfig, cfg: DictConfig) -> Path:
     print(f"controller:      {out_dir.resolve()}  (controllers.load('{out_dir}'))")
     print(f"metrics:         {(out_dir / 'metrics.json').resolve()}")
     if logger is not None:
-        print(f"W&B run:         {logger.save_dir} ({logger.experiment.settings.mode})")
+        if type(logger).__name__ == "WandbLogger":
+            print(f"W&B run:         {logger.save_dir} ({logger.experiment.settings.mode})")
+        else:   # logger=csv: its experiment has no W&B settings
+            print(f"logs:            {logger.log_dir}")
+        finish(logger)
     a = test["all"]
     print(f"{recipe.name}: test_auroc={a.get('auroc')} test_accuracy={a.get('accuracy'):.4f} "
           f"test_action_rate={a.get('action_rate'):.4f} points={sum(metrics['points'].values())} "

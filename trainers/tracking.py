@@ -38,9 +38,9 @@ def setup_wandb_env(cfg: DictConfig, run_dir: Path) -> None:
 
 def make_logger(cfg: DictConfig):
     name = cfg.logger.name
-    run_dir = Path(cfg.recipe.run_dir)
     if name == "none":
         return None
+    run_dir = Path(cfg.recipe.run_dir)
     if name == "csv":
         from lightning.pytorch.loggers import CSVLogger
 
@@ -66,3 +66,10 @@ def log_artifact(logger, directory: Path, *, name: str, kind: str) -> None:
     art = wandb.Artifact(name=name, type=kind)
     art.add_dir(str(directory))
     logger.experiment.log_artifact(art)
+
+
+def finish(logger) -> None:
+    """End the W&B run. Lightning's ``finalize`` leaves it open, and the next ``WandbLogger`` in this process
+    (the next job of a Hydra multirun, ``trainers.sweep``) would silently log into it instead of its own run."""
+    if type(logger).__name__ == "WandbLogger":
+        logger.experiment.finish()

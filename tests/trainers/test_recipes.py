@@ -1,0 +1,153 @@
+"""Recipes and sweep specs: every YAML composes, names a real trainer / controller / featurizer, and every
+sweep grid expands into overrides that land in the composed config."""
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+import controllers
+import recipes
+from data_builders.features import FEATURIZERS
+from trainers import fit as fit_entry
+from trainers import sweep
+
+RECIPE_DIR = Path(recipes.CONFIG_DIR) / "recipe"
+SWEEP_DIR = Path(recipes.CONFIG_DIR) / "sweep"
+RECIPE_NAMES = sorted(p.stem for p in RECIPE_DIR.glob("*.yaml"))
+SWEEPS = sorted(SWEEP_DIR.glob("*.yaml"))
+
+
+def test_every_trainer_has_a_recipe_file_and_vice_versa():
+    assert RECIPE_NAMES and set(RECIPE_NAMES) == set(fit_entry.RECIPES)
+    assert {p.stem for p in SWEEPS} <= set(RECIPE_NAMES)
+    with pytest.raises(SystemExit, match="unknown recipe 'nope'"):
+        fit_entry.resolve("nope")
+
+
+@pytest.mark.parametrize("name", RECIPE_NAMES)
+def test_recipe_composes_and_names_its_trainer(name):
+    cfg = recipes.compose("fit", [f"recipe={name}", "logger=none"])
+    recipe = cfg.recipe
+    assert recipe.name == name and name in fit_entry.RECIPES
+    assert callable(fit_entry.resolve(name))
+    first = (RECIPE_DIR / f"{name}.yaml").read_text().splitlines()[0]
+    assert first.startswith("#") and f"python -m trainers.fit recipe={name}" in first
+    if "controller" in recipe:                     # the controller recipes
+        assert fit_entry.RECIPES[name] == "trainers.controller_fit:fit"
+        assert recipe.controller.type in controllers.REGISTRY
+        assert recipe.points.kind in FEATURIZERS
+        assert recipe.train.optimizer in ("lbfgs", "adamw")
+        from trainers.calibration import TAU_METHODS
+
+        assert recipe.calibration.tau_method in TAU_METHODS
+        # the controller's own keys are its class's constructor arguments
+        params = OmegaConf.to_container(recipe.controller, resolve=True)
+        cls = controllers.REGISTRY[params.pop("type")]
+        import inspect
+
+        assert set(params) <= set(inspect.signature(cls.__init__).parameters), (cls, params)
+
+
+@pytest.mark.parametrize("spec_path", SWEEPS, ids=lambda p: p.stem)
+def test_sweep_spec_is_a_wandb_command_for_its_recipe(spec_path):
+    spec = sweep.load_spec(spec_path)
+    assert sweep.load_spec(spec_path.stem) == spec          # a bare name resolves in recipes/sweep/
+    assert "${args_no_hyphens}" in spec["command"]
+    assert f"recipe={spec_path.stem}" in spec["command"]
+    assert sweep.recipe_override(spec) == f"recipe={spec_path.stem}"
+    split, metric = spec["metric"]["name"].split("/", 1)
+    assert split == "val" and spec["metric"]["goal"] in ("maximize", "minimize")   # never selects on test
+    assert metric in ("auroc", "accuracy", "ece", "brier", "missed", "action_rate")
+
+
+def _spec_value(spec: dict, key: str, text: str):
+    """The spec value of ``key`` whose override spelling is ``text``."""
+    p = spec["parameters"][key]
+    values = p["values"] if "values" in p else [p["value"]]
+    hits = [v for v in values if sweep._fmt(v) == text]
+    assert len(hits) == 1, (key, text, values)
+    return hits[0]
+
+
+@pytest.mark.parametrize("spec_path", SWEEPS, ids=lambda p: p.stem)
+def test_sampled_points_compose_and_land_in_the_config(spec_path):
+    spec = sweep.load_spec(spec_path)
+    for seed in range(3):
+        point = sweep.sample_point(spec, seed)
+        assert point[0] == f"recipe={spec_path.stem}" and len(point) == 1 + len(spec["parameters"])
+        cfg = recipes.compose("fit", point)
+        assert cfg.recipe.name == spec_path.stem
+        for override in point[1:]:
+            key, text = override.split("=", 1)
+            want = _spec_value(spec, key, text)
+            got = OmegaConf.select(cfg, key, throw_on_missing=True)
+            assert got == want and type(got) is type(want), (key, got, want)
+    assert sweep.sample_point(spec, 0) == sweep.sample_point(spec, 0)   # seeded
+
+
+@pytest.mark.parametrize("spec_path", SWEEPS, ids=lambda p: p.stem)
+def test_multirun_overrides_parse_into_the_grid(spec_path):
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    spec = sweep.load_spec(spec_path)
+    overrides = sweep.multirun_overrides(spec)
+    assert overrides[0] == f"recipe={spec_path.stem}"
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    grid = {}
+    for o, text in zip(parsed[1:], overrides[1:]):
+        p = spec["parameters"][o.key_or_group]
+        want = list(p["values"]) if "values" in p else [p["value"]]
+        got = list(o.sweep_iterator()) if o.is_sweep_override() else [o.value()]
+        assert o.is_sweep_override() == (len(want) > 1), text
+        assert got == want and [type(g) for g in got] == [type(w) for w in want], (text, got, want)
+        grid[o.key_or_group] = want
+    # Hydra's basic sweeper expands the grid into one job per combination; the corners compose
+    jobs = [job for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
+    assert len(jobs) == math.prod(len(v) for v in grid.values())
+    assert len({tuple(j) for j in jobs}) == len(jobs)
+    for job in (jobs[0], jobs[-1]):
+        cfg = recipes.compose("fit", job)
+        combo = {k: OmegaConf.select(cfg, k) for k in grid}
+        assert combo in [dict(zip(grid, c)) for c in itertools.product(*grid.values())]
+
+
+def test_load_spec_requires_command_parameters_and_metric(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("command: [python, -m, trainers.fit, recipe=g_step]\nparameters: {}\n")
+    with pytest.raises(ValueError, match="sweep spec has no 'metric'"):
+        sweep.load_spec(bad)
+    two = {"command": ["recipe=g_step", "recipe=toolgate"], "parameters": {}, "metric": {}}
+    with pytest.raises(ValueError, match="exactly one recipe="):
+        sweep.recipe_override(two)
+    with pytest.raises(ValueError, match="needs 'values' or 'value'"):
+        sweep.multirun_overrides({"command": ["recipe=g_step"], "parameters": {"x": {"min": 0, "max": 1}}})
+
+
+def _job(root: Path, name: str, auroc, overrides: list[str] | None):
+    d = root / name / "controller"
+    d.mkdir(parents=True)
+    (d / "metrics.json").write_text(json.dumps({"splits": {"val": {"all": {"auroc": auroc, "n": 10}},
+                                                           "test": {"all": {"auroc": 1.0 - (auroc or 0)}}}}))
+    if overrides is not None:
+        (root / name / ".hydra").mkdir()
+        (root / name / ".hydra" / "overrides.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(overrides)))
+
+
+def test_ranked_runs_orders_jobs_by_the_validation_metric(tmp_path):
+    _job(tmp_path, "0", 0.71, ["recipe=g_step", "recipe.train.lr=0.001"])
+    _job(tmp_path, "1", 0.93, ["recipe=g_step", "recipe.train.lr=0.003"])
+    _job(tmp_path, "2", None, None)                     # one class in val: no AUROC, ranked last
+    (tmp_path / "3").mkdir()                            # a job that died before exporting: not listed
+    best_first = sweep.ranked_runs(tmp_path, "val/auroc", "maximize")
+    assert best_first == [(0.93, "recipe=g_step recipe.train.lr=0.003"),
+                          (0.71, "recipe=g_step recipe.train.lr=0.001"), (None, "2")]
+    lowest_first = sweep.ranked_runs(tmp_path, "val/auroc", "minimize")
+    assert [v for v, _ in lowest_first] == [0.71, 0.93, None]
+    # the ranking reads the named split only
+    assert [round(v, 2) for v, _ in sweep.ranked_runs(tmp_path, "test/auroc", "maximize")] == [1.0, 0.29, 0.07]
