@@ -1,0 +1,163 @@
+"""The shared evaluator on a scripted policy: arms, the probe τ composition, the trajectory cache, the report."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+import controllers
+from controllers import GStepMLP, LinearProbe, ToolGateLogistic, make_contract
+from data_builders.agent.loop import Agent, AgentConfig
+from data_builders.backends.base import PrefillState
+from data_builders.features import FEATURIZERS
+from data_builders.features.gstep import N_FEATURES
+from data_builders.features.toolgate import EMBEDDING_DIM, structural_names
+from recipes import compose
+from tests.data_builders.agent.test_loop import CALL, ScriptedBackend, calc_task
+from trainers.arms import SOFT_PREFILL, ProbePrefill
+from trainers.evaluate import curve_area, deltas, run
+
+N_LAYERS, D = 3, 4
+
+
+class PrefillAwareBackend(ScriptedBackend):
+    """A scripted policy whose hidden states differ per task (so a probe separates them) and which answers
+    directly, and wrongly, when its response was prefilled with the skip-tool sentence."""
+
+    n_layers = N_LAYERS - 1
+
+    def _reply(self, prompt):
+        if prompt.endswith(SOFT_PREFILL["skip"]):
+            return "\\boxed{0}"
+        return super()._reply(prompt)
+
+    def generate(self, prompts, params=None, *, prefill_state=None, **kw):
+        # reply to the whole prompt, the response prefill included (the base class replies to the prefix)
+        if prefill_state is not None:
+            assert all(p.startswith(q) for p, q in zip(prompts, prefill_state.prompts))
+        return super().generate(prompts, params, **kw)
+
+    def prefill(self, prompts, layers=None):
+        self.prefill_calls += 1
+        layers = list(layers)
+        h = torch.zeros(len(prompts), len(layers), D)
+        for i, p in enumerate(prompts):
+            h[i, :, 0] = 1.0 if "7*7" in p or "9*9" in p else -1.0   # the "needs a tool" direction
+        self.last_prefill_state = PrefillState(list(prompts), layers, h)
+        return self.last_prefill_state
+
+
+TASKS = [calc_task(1, "6*7", "42"), calc_task(2, "7*7", "49"), calc_task(3, "2+2", "4"), calc_task(4, "9*9", "81")]
+SCRIPTS = {"6*7": [CALL % "6*7", "\\boxed{42}"], "7*7": [CALL % "7*7", "\\boxed{49}"],
+           "2+2": ["\\boxed{4}"], "9*9": [CALL % "9*9", "\\boxed{81}"]}
+
+
+def export(c, path):
+    c.save_pretrained(path)
+    (path / "metrics.json").write_text(json.dumps({"splits": {"test": {"all": {"auroc": 0.9}}}}))
+    return str(path)
+
+
+@pytest.fixture()
+def checkpoints(tmp_path):
+    policy = "scripted@0"
+    probe = LinearProbe(contract=make_contract(FEATURIZERS["probe"].id, policy, [N_LAYERS, D]), tau=0.5)
+    with torch.no_grad():
+        probe.linear.weight.zero_()
+        probe.linear.weight[0, 0] = 4.0          # layer 0, unit 0: +1 -> p=0.98, -1 -> p=0.02
+        probe.linear.bias.zero_()
+    width = EMBEDDING_DIM + len(structural_names())
+    gate = ToolGateLogistic(contract=make_contract(FEATURIZERS["flip"].id, policy, [width]), tau=0.5)
+    gstep = GStepMLP(contract=make_contract(FEATURIZERS["commit"].id, policy, [N_FEATURES]), tau=0.99, hidden=4,
+                     depth=1)
+    return {"probe": export(probe, tmp_path / "probe"), "toolgate": export(gate, tmp_path / "gate"),
+            "g_step": export(gstep, tmp_path / "gstep")}
+
+
+def eval_cfg(tmp_path, ckpt, **over):
+    cfg = compose("evaluate", ["logger=none", "tasks=builtin", f"cache_dir={tmp_path / 'cache'}",
+                               f"out_dir={tmp_path / 'out'}", "agent.max_rounds=3", "pte.gamma=0.01"])
+    OmegaConf.set_struct(cfg, False)
+    cfg.arms.modes = ["force", "default"]
+    cfg.arms.probe = {"checkpoint": ckpt["probe"], "styles": ["soft"], "taus": [0.01, 0.5, 0.99]}
+    cfg.arms.toolgate = {"checkpoint": ckpt["toolgate"], "taus": ["calibrated"]}
+    cfg.arms.g_step = {"checkpoint": ckpt["g_step"], "taus": ["calibrated"]}
+    return OmegaConf.merge(cfg, over)
+
+
+@pytest.fixture()
+def scripted(monkeypatch):
+    import data_builders.backends.loading as loading
+    import data_builders.tasks as tasks_mod
+
+    backend = PrefillAwareBackend(SCRIPTS)
+    monkeypatch.setattr(loading, "backend_from_config", lambda *a, **k: backend)
+    monkeypatch.setattr(tasks_mod, "tasks_from_config", lambda cfg, split=None: list(TASKS))
+    return backend
+
+
+def test_every_arm_runs_then_a_rerun_is_served_from_the_cache(tmp_path, checkpoints, scripted):
+    first = run(eval_cfg(tmp_path, checkpoints))
+    arms = first["arms"]
+    assert {"force", "default", "probe_soft@0.01", "probe_soft@0.50", "probe_soft@0.99", "toolgate@0.50",
+            "g_step@0.99", "cascade"} <= set(arms)
+    assert first["cache"]["hits"] == 0 and first["cache"]["misses"] > 0
+    # Probe&Prefill: tau 0.01 -> every task gets the use-tool prefill; 0.99 -> every task is told to skip
+    # and this policy then answers 0 (wrong) without a call
+    assert arms["probe_soft@0.01"]["all"]["accuracy"] == 1.0
+    assert arms["probe_soft@0.99"]["all"]["accuracy"] == 0.0 and arms["probe_soft@0.99"]["all"]["tool_calls_per_task"] == 0
+    # at 0.5 the probe sends the two "needs a tool" tasks (7*7, 9*9) to tools and the rest to skip
+    assert arms["probe_soft@0.50"]["all"]["accuracy"] == 0.5
+    assert first["deltas"]["default"]["d_acc"] == 0.0
+    assert first["curves"]["probe_soft"]["area"] is not None
+    out = tmp_path / "out"
+    assert (out / "results.json").exists() and (out / "accuracy_vs_calls.png").stat().st_size > 1000
+    report = (out / "report.md").read_text()
+    assert "probe_soft@0.50" in report and "ΔAcc" in report
+
+    n_generate = len(scripted.calls)
+    again = run(eval_cfg(tmp_path, checkpoints))
+    assert len(scripted.calls) == n_generate                     # nothing generated: all from the cache
+    assert again["cache"]["misses"] == 0 and again["cache"]["hits"] == first["cache"]["misses"]
+    assert {k: v["all"]["accuracy"] for k, v in again["arms"].items()} == \
+        {k: v["all"]["accuracy"] for k, v in arms.items()}
+
+    # a new arm computes only itself
+    more = run(eval_cfg(tmp_path, checkpoints, arms={"modes": ["force", "default", "sparse"]}))
+    assert more["cache"]["misses"] == len(TASKS)
+
+
+def test_composed_probe_arm_equals_running_the_probe_hook(tmp_path, checkpoints, scripted):
+    results = run(eval_cfg(tmp_path, checkpoints))
+    probe = controllers.load(checkpoints["probe"])
+    composed = [json.loads(line) for line in
+                next((tmp_path / "cache").rglob("prefill_soft_use-*.jsonl")).read_text().splitlines()]
+    assert len(composed) == len(TASKS)
+    for tau in (0.01, 0.5, 0.99):
+        direct = Agent(PrefillAwareBackend(SCRIPTS), AgentConfig(mode="default", max_rounds=3),
+                       ProbePrefill(probe, tau, "soft")).run(TASKS)
+        acc = sum(t["correct"] for t in direct) / len(direct)
+        calls = sum(t["tool_calls"] for t in direct) / len(direct)
+        arm = results["arms"][f"probe_soft@{tau:.2f}"]["all"]
+        assert (arm["accuracy"], arm["tool_calls_per_task"]) == (acc, calls), tau
+
+
+def test_a_controller_of_another_policy_is_refused(tmp_path, checkpoints, scripted):
+    other = LinearProbe(contract=make_contract(FEATURIZERS["probe"].id, "some-other-model@1", [N_LAYERS, D]))
+    cfg = eval_cfg(tmp_path, checkpoints)
+    cfg.arms.probe.checkpoint = export(other, tmp_path / "other")
+    with pytest.raises(controllers.ContractMismatch, match="some-other-model"):
+        run(cfg)
+
+
+def test_deltas_and_curve_area():
+    m = {"ref": {"all": {"accuracy": 0.8, "tool_calls_per_task": 2.0}},
+         "cheap": {"all": {"accuracy": 0.7, "tool_calls_per_task": 1.0}}}
+    d = deltas(m, "ref")
+    assert d["cheap"]["d_acc"] == pytest.approx(-10.0) and d["cheap"]["d_tc"] == -1.0
+    assert d["cheap"]["d_acc_per_saved_call"] == pytest.approx(-10.0) and d["ref"]["d_acc_per_saved_call"] is None
+    # flat accuracy 0.5 at any calls -> area 0.5; one point only -> undefined
+    assert curve_area([(0.5, 0.5), (1.5, 0.5)], 2.0) == pytest.approx(0.5)
+    assert curve_area([(1.0, 0.5)], 2.0) is None

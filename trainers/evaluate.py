@@ -1,0 +1,362 @@
+"""``python -m trainers.evaluate``: every arm on the same test tasks, one report.
+
+Arms (``recipes/evaluate.yaml``): the prompt-mode baselines (± Reason-then-Act), Probe&Prefill (soft and
+hard prefill over a τ grid), ToolGate (a τ grid), G-STEP, the cascade of the three hooks, and other
+policies. Every arm uses the same tasks, policy and decoding; trajectories are cached per (task, arm,
+policy, decoding) in ``cache_dir`` so a rerun or a new arm computes only what is missing.
+
+Probe&Prefill is evaluated the way it is deployed but without one rollout per τ: with greedy (or seeded)
+decoding an episode depends on the probe only through its round-1 prefill, which is the use-tool sentence
+when ``p ≥ τ`` and the skip-tool one otherwise. So the evaluator rolls out every task once with each
+prefill, scores every task's probe probability once, and assembles the arm at each τ by picking per task
+the trajectory of the decision the probe makes at that τ — the same trajectories a ``ProbePrefill`` hook
+produces (tested), at two rollouts per prefill style instead of one per τ.
+
+Outputs in the run directory: ``results.json``, ``report.md`` and PNG plots (``trainers/report.py``), and
+the same in W&B (tables and images; offline without a key).
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import hydra
+import numpy as np
+from omegaconf import DictConfig, OmegaConf
+from tqdm.auto import tqdm
+
+from recipes import CONFIG_DIR
+
+from .eval_cache import TrajectoryCache, file_digest, task_key
+
+CALIBRATED = "calibrated"
+
+
+@dataclass
+class Arm:
+    """One evaluated configuration. ``spec`` identifies its trajectories in the cache; ``hooks`` builds the
+    agent's hooks (None: a prompt-mode baseline); ``compose`` marks arms assembled from others (probe τ)."""
+
+    name: str
+    family: str
+    spec: dict
+    mode: str = "default"
+    reasoning: bool = False
+    hooks: Callable[[], Any] | None = None
+    tau: float | None = None
+    backend_key: str = "policy"
+    compose: Callable[[dict[str, list[dict]]], list[dict]] | None = field(default=None, repr=False)
+
+
+# ---------------------------------------------------------------------------- arms
+def _controller(path: str, kind: str, policy: str, strict: bool):
+    import controllers
+    from data_builders.backends.loading import REPO_ROOT
+
+    from .arms import checked
+
+    p = Path(path)
+    p = p if p.exists() else REPO_ROOT / p
+    c = checked(controllers.load(p), kind, policy, strict=strict)
+    return c, file_digest(p / "model.safetensors")
+
+
+def _tau(value, controller) -> float:
+    return float(controller.tau) if value == CALIBRATED else float(value)
+
+
+def build_arms(cfg: DictConfig, policy: str, call_format: str) -> tuple[list[Arm], dict]:
+    """All arms of the run, and the loaded controllers (for their AUROC in the report)."""
+    from .arms import Cascade, GStep, ProbePrefill, ToolGate, prefill_text
+
+    a = cfg.arms
+    arms: list[Arm] = []
+    loaded: dict[str, Any] = {}
+    for reasoning in a.reasoning:
+        for mode in a.modes:
+            name = mode + ("+rta" if reasoning else "")
+            arms.append(Arm(name, "prompt", {"name": name, "mode": mode, "reasoning": bool(reasoning)}, mode,
+                            bool(reasoning)))
+
+    if a.get("probe"):
+        probe, h = _controller(a.probe.checkpoint, "probe", policy, a.strict_contracts)
+        loaded["probe"] = (probe, a.probe.checkpoint)
+        for style in a.probe.styles:
+            for decision in ("use", "skip"):
+                text = prefill_text(decision, style, call_format)
+                arms.append(Arm(f"prefill_{style}_{decision}", "prefill",
+                                {"name": f"prefill_{style}_{decision}", "mode": "default", "prefill": text},
+                                hooks=lambda text=text: _FixedPrefill(text)))
+            for tau in sorted({_tau(t, probe) for t in a.probe.taus}):
+                arms.append(Arm(f"probe_{style}@{tau:.2f}", f"probe_{style}", {"probe": h, "style": style, "tau": tau},
+                                tau=tau, compose=_probe_composer(style, tau)))
+
+    gate = gstep = None
+    if a.get("toolgate"):
+        gate, h = _controller(a.toolgate.checkpoint, "flip", policy, a.strict_contracts)
+        loaded["toolgate"] = (gate, a.toolgate.checkpoint)
+        for tau in sorted({_tau(t, gate) for t in a.toolgate.taus}):
+            arms.append(Arm(f"toolgate@{tau:.2f}", "toolgate",
+                            {"name": "toolgate", "gate": h, "tau": tau}, tau=tau,
+                            hooks=lambda tau=tau: ToolGate(gate, tau)))
+    if a.get("g_step"):
+        gstep, h = _controller(a.g_step.checkpoint, "commit", policy, a.strict_contracts)
+        loaded["g_step"] = (gstep, a.g_step.checkpoint)
+        for tau in sorted({_tau(t, gstep) for t in a.g_step.taus}):
+            arms.append(Arm(f"g_step@{tau:.2f}", "g_step", {"name": "g_step", "gate": h, "tau": tau}, tau=tau,
+                            hooks=lambda tau=tau: GStep(gstep, tau)))
+    if a.get("cascade") and "probe" in loaded and gate is not None and gstep is not None:
+        probe = loaded["probe"][0]
+        spec = {"name": "cascade", "probe": file_digest(_ckpt(a.probe.checkpoint) / "model.safetensors"),
+                "gate": file_digest(_ckpt(a.toolgate.checkpoint) / "model.safetensors"),
+                "gstep": file_digest(_ckpt(a.g_step.checkpoint) / "model.safetensors"),
+                "taus": [probe.tau, gate.tau, gstep.tau], "style": "soft"}
+        arms.append(Arm("cascade", "cascade", spec, hooks=lambda: Cascade(
+            ProbePrefill(probe, None, "soft", call_format), ToolGate(gate), GStep(gstep))))
+    for p in a.get("policies") or []:
+        arms.append(Arm(p["name"], "policy", {"name": p["name"], "mode": "default",
+                                               "model": OmegaConf.to_container(p["model"], resolve=True)},
+                        backend_key=p["name"]))
+    return arms, loaded
+
+
+def _ckpt(path: str) -> Path:
+    from data_builders.backends.loading import REPO_ROOT
+
+    p = Path(path)
+    return p if p.exists() else REPO_ROOT / p
+
+
+class _FixedPrefill:
+    """The round-1 prefill a Probe&Prefill hook produces for one decision (used to assemble τ sweeps)."""
+
+    hidden_layers = None
+
+    def __init__(self, text: str):
+        self.text = text
+
+    def pre_generation(self, task, state):
+        return self.text
+
+    def pre_call(self, episode, call):
+        return "execute"
+
+    def on_answer(self, episode, answer_text):
+        return "commit"
+
+
+def _probe_composer(style: str, tau: float):
+    def compose(by_arm: dict[str, list[dict]], probs: list[float]) -> list[dict]:
+        use, skip = by_arm[f"prefill_{style}_use"], by_arm[f"prefill_{style}_skip"]
+        return [dict(u if p >= tau else s, probe_p=p) for u, s, p in zip(use, skip, probs)]
+    return compose
+
+
+# ---------------------------------------------------------------------------- rollouts
+def run_arm(arm: Arm, backend, tasks, cache: TrajectoryCache, agent_kw: dict) -> tuple[list[dict], float, int]:
+    """The arm's trajectories for ``tasks`` (cached ones reused); returns (trajectories, seconds, computed)."""
+    from data_builders.agent.loop import Agent, AgentConfig
+
+    have, todo = cache.missing(arm.spec, tasks)
+    seconds = 0.0
+    if todo:
+        agent = Agent(backend, AgentConfig(mode=arm.mode, reasoning=arm.reasoning, **agent_kw),
+                      arm.hooks() if arm.hooks else None)
+        start = time.perf_counter()
+        with tqdm(total=len(todo), desc=f"arm {arm.name}", unit="task", leave=False) as bar:
+            trajs = agent.run(todo, on_done=lambda _: bar.update(1))
+        seconds = time.perf_counter() - start
+        cache.store(arm.spec, have, list(zip(todo, trajs)))
+    return [have[task_key(t)] for t in tasks], seconds, len(todo)
+
+
+def probe_probabilities(probe, backend, tasks, agent_kw: dict, cache_root: Path, probe_hash: str) -> list[float]:
+    """The probe's p for every task's first prompt (cached per probe, policy and task)."""
+    from data_builders.agent.loop import Agent, AgentConfig
+    from data_builders.features import FEATURIZERS
+    from data_builders.features.probe import probe_features
+
+    path = cache_root / f"probe_p-{probe_hash}.json"
+    have = json.loads(path.read_text()) if path.exists() else {}
+    todo = [t for t in tasks if task_key(t) not in have]
+    if todo:
+        agent = Agent(backend, AgentConfig(mode="default", **agent_kw))
+        hidden = probe_features(backend, [agent.initial_prompt(t) for t in todo],
+                                list(range(probe.contract["input_shape"][0])))
+        p = probe.predict_proba(FEATURIZERS["probe"].controller_input({"hidden": hidden})).tolist()
+        have |= {task_key(t): float(v) for t, v in zip(todo, p)}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(have))
+    return [have[task_key(t)] for t in tasks]
+
+
+# ---------------------------------------------------------------------------- metrics
+def arm_metrics(trajs: list[dict], gamma: float, pte_cfg) -> dict:
+    from data_builders.agent.trajectory import summarize
+
+    from .pte import trajectory_pte
+
+    n = len(trajs)
+    s = summarize(trajs)
+    s["pte_per_task"] = sum(trajectory_pte(t, gamma, cache_reuse=pte_cfg.cache_reuse) for t in trajs) / max(n, 1)
+    s["latency_s_per_task"] = sum(sum(tr.get("wall_s", 0.0) for tr in t["turns"]) for t in trajs) / max(n, 1)
+    s["skipped_calls_per_task"] = sum(sum(c.get("status") == "skipped" for c in t["calls"]) for t in trajs) / max(n, 1)
+    s["continues_per_task"] = sum(sum(d.get("hook") == "on_answer" and d.get("decision") == "continue"
+                                      for d in t.get("decisions", [])) for t in trajs) / max(n, 1)
+    return s
+
+
+def grouped(trajs: list[dict], gamma: float, pte_cfg) -> dict:
+    out: dict[str, dict] = {}
+    for key in ("category", "difficulty"):
+        for value in sorted({t[key] for t in trajs}):
+            out[f"{key}={value}"] = arm_metrics([t for t in trajs if t[key] == value], gamma, pte_cfg)
+    return out
+
+
+def deltas(metrics: dict, reference: str) -> dict:
+    """ΔAcc (points), ΔTC (calls per task) and ΔAcc/−ΔTC against the reference arm (seed 002, Table 3)."""
+    ref = metrics[reference]["all"]
+    out = {}
+    for name, m in metrics.items():
+        d_acc = 100 * (m["all"]["accuracy"] - ref["accuracy"])
+        d_tc = m["all"]["tool_calls_per_task"] - ref["tool_calls_per_task"]
+        out[name] = {"d_acc": d_acc, "d_tc": d_tc, "d_acc_per_saved_call": (d_acc / -d_tc) if d_tc < 0 else None}
+    return out
+
+
+def curve_area(points: list[tuple[float, float]], x_max: float) -> float | None:
+    """Area under accuracy vs tool calls per task, calls normalised by ``x_max`` (the most calls of any arm)
+    and the curve held flat beyond its end points: 1.0 would be full accuracy at zero calls."""
+    if len(points) < 2 or x_max <= 0:
+        return None
+    pts = sorted((x / x_max, y) for x, y in points)
+    xs = [0.0] + [p[0] for p in pts] + [1.0]
+    ys = [pts[0][1]] + [p[1] for p in pts] + [pts[-1][1]]
+    return float(np.trapezoid(ys, xs))
+
+
+def patterns(trajs: list[dict]) -> dict | None:
+    try:
+        from .patterns import count_patterns
+    except ImportError:
+        return None
+    return count_patterns(trajs)
+
+
+# ---------------------------------------------------------------------------- run
+def run(cfg: DictConfig) -> dict:
+    from data_builders.backends.loading import backend_from_config
+    from data_builders.tasks import tasks_from_config
+
+    from .pte import PTEConfig
+    from .report import write_report
+
+    out_dir = Path(cfg.out_dir)
+    tasks = tasks_from_config(cfg)
+    backend = backend_from_config(cfg.model, cfg.get("backend"))
+    agent_kw = OmegaConf.to_container(cfg.agent, resolve=True)
+    from data_builders.agent.loop import Agent, AgentConfig
+
+    call_format = Agent(backend, AgentConfig(**agent_kw)).call_format
+    arms, loaded = build_arms(cfg, backend.fingerprint, call_format)
+    pte_cfg = PTEConfig(hardware=OmegaConf.to_container(cfg.hardware, resolve=True), params=cfg.pte.params,
+                        cache_reuse=cfg.pte.cache_reuse, gamma=cfg.pte.get("gamma"))
+    gamma = pte_cfg.gamma_for(backend)
+    decoding = {**agent_kw, "split": cfg.split}
+    cache = TrajectoryCache(cfg.cache_dir, backend.fingerprint, decoding)
+    backends = {"policy": backend}
+
+    start = time.perf_counter()
+    by_arm: dict[str, list[dict]] = {}
+    timing: dict[str, dict] = {}
+    probs = None
+    for arm in arms:
+        if arm.compose is not None:
+            if probs is None:
+                probe, path = loaded["probe"]
+                probs = probe_probabilities(probe, backend, tasks, agent_kw, cache.root,
+                                            file_digest(_ckpt(path) / "model.safetensors"))
+            by_arm[arm.name] = arm.compose(by_arm, probs)
+            continue
+        if arm.backend_key not in backends:
+            p = next(p for p in cfg.arms.policies if p["name"] == arm.backend_key)
+            backends[arm.backend_key] = backend_from_config(p["model"], cfg.get("backend"))
+        arm_cache = cache if arm.backend_key == "policy" else \
+            TrajectoryCache(cfg.cache_dir, backends[arm.backend_key].fingerprint, decoding)
+        trajs, seconds, computed = run_arm(arm, backends[arm.backend_key], tasks, arm_cache, agent_kw)
+        by_arm[arm.name] = trajs
+        timing[arm.name] = {"seconds": round(seconds, 2), "computed": computed, "cached": len(tasks) - computed}
+        print(f"{arm.name:<24} {computed:>4} computed {len(tasks) - computed:>4} cached  {seconds:7.1f} s")
+    wall = time.perf_counter() - start
+
+    metrics = {name: {"all": arm_metrics(t, gamma, pte_cfg), **grouped(t, gamma, pte_cfg)}
+               for name, t in by_arm.items() if not name.startswith("prefill_")}
+    for name in metrics:
+        metrics[name]["patterns"] = patterns(by_arm[name])
+    reference = cfg.reference if cfg.reference in metrics else next(iter(metrics))
+    x_max = max(m["all"]["tool_calls_per_task"] for m in metrics.values()) if metrics else 0.0
+    families = {}
+    for arm in arms:
+        if arm.name in metrics and arm.tau is not None:
+            families.setdefault(arm.family, []).append(arm.name)
+    curves = {f: {"arms": names, "area": curve_area([(metrics[n]["all"]["tool_calls_per_task"],
+                                                       metrics[n]["all"]["accuracy"]) for n in names], x_max)}
+              for f, names in families.items()}
+    controllers = {k: {"checkpoint": str(path), "tau": c.tau, "temperature": c.temperature,
+                       "test_auroc": _ckpt_metric(path)} for k, (c, path) in loaded.items()}
+    results = {"tasks": len(tasks), "task_source": OmegaConf.to_container(cfg.tasks, resolve=True),
+               "split": cfg.split, "policy": backend.fingerprint, "backend": getattr(backend, "name", type(backend).__name__), "decoding": decoding,
+               "gamma": gamma, "hardware": pte_cfg.profile.name, "pte": OmegaConf.to_container(cfg.pte),
+               "reference": reference, "arms": metrics, "deltas": deltas(metrics, reference), "curves": curves,
+               "controllers": controllers, "timing": timing, "wall_s": round(wall, 2),
+               "cache": {"dir": str(cache.root), "hits": cache.hits, "misses": cache.misses}}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "results.json").write_text(json.dumps(results, indent=2, default=str))
+    files = write_report(results, out_dir)
+    _log_wandb(cfg, results, files)
+    print((out_dir / "report.md").read_text().split("\n## ", 2)[1][:4000])
+    print(f"results: {out_dir / 'results.json'}  report: {out_dir / 'report.md'}")
+    print(f"arms={len(metrics)} tasks={len(tasks)} computed={cache.misses} cached={cache.hits} wall_s={wall:.1f}")
+    return results
+
+
+def _ckpt_metric(path: str):
+    m = _ckpt(path) / "metrics.json"
+    if not m.exists():
+        return None
+    return json.loads(m.read_text())["splits"]["test"]["all"].get("auroc")
+
+
+def _log_wandb(cfg: DictConfig, results: dict, files: list[Path]) -> None:
+    if cfg.logger.name != "wandb":
+        return
+    import wandb
+
+    from .tracking import wandb_mode
+
+    run = wandb.init(project=cfg.logger.project, group=cfg.logger.get("group") or "evaluate", job_type="evaluate",
+                     dir=str(cfg.out_dir), mode=wandb_mode(cfg), config=OmegaConf.to_container(cfg, resolve=True))
+    cols = ["arm", "accuracy", "tool_calls_per_task", "tool_call_rate", "tokens_per_task", "token_cost_per_task",
+            "pte_per_task", "latency_s_per_task"]
+    table = wandb.Table(columns=cols, data=[[name] + [m["all"][c] for c in cols[1:]]
+                                            for name, m in results["arms"].items()])
+    run.log({"arms": table, **{f"plots/{f.stem}": wandb.Image(str(f)) for f in files if f.suffix == ".png"}})
+    run.finish()
+
+
+@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="evaluate")
+def main(cfg: DictConfig) -> None:
+    from .tracking import setup_wandb_env
+
+    OmegaConf.set_struct(cfg, False)
+    cfg.recipe = {"run_dir": cfg.out_dir}
+    setup_wandb_env(cfg, Path(cfg.out_dir))
+    run(cfg)
+
+
+if __name__ == "__main__":
+    main()
