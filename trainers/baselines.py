@@ -8,7 +8,6 @@
 from __future__ import annotations
 
 import numpy as np
-import torch
 from omegaconf import DictConfig, OmegaConf
 from sklearn.feature_extraction.text import CountVectorizer
 from sklearn.linear_model import LogisticRegression
