@@ -91,13 +91,27 @@ class Controller(nn.Module, PyTorchModelHubMixin, library_name="toolwise", tags=
                                    f", got {list(x.shape)}")
         return x.float()
 
+    # ------------------------------------------------------------------ training support
+    def norm_input(self, x: torch.Tensor) -> torch.Tensor:
+        """What the standardisation layer sees (the probe flattens its layers first)."""
+        return x
+
+    @torch.no_grad()
+    def fit_standardization(self, x: torch.Tensor) -> None:
+        """Set the in-module feature statistics from training features of the contract's shape."""
+        self.norm.fit(self.norm_input(self._check_shape(x)))
+
     # ------------------------------------------------------------------ inference
     def logits(self, x: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def raw_logits(self, x: torch.Tensor) -> torch.Tensor:
+        """Uncalibrated logits (what training optimises and temperature scaling rescales)."""
+        return self.logits(self._check_shape(x))
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Calibrated logits: raw logits divided by the temperature."""
-        return self.logits(self._check_shape(x)) / self.temperature
+        return self.raw_logits(x) / self.temperature
 
     @torch.no_grad()
     def predict_proba(self, x: torch.Tensor) -> torch.Tensor:

@@ -26,5 +26,7 @@ class LinearProbe(Controller):
     def flatten(self, x: torch.Tensor) -> torch.Tensor:
         return x[:, self.layers, :].reshape(x.shape[0], -1)
 
+    norm_input = flatten
+
     def logits(self, x: torch.Tensor) -> torch.Tensor:
         return self.linear(self.norm(self.flatten(x))).squeeze(-1)

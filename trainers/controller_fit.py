@@ -23,7 +23,7 @@ from data_builders.points.store import PointSet
 
 from .calibration import choose_tau, fit_temperature
 from .lit import ControllerModule, TensorDataModule, balanced_weights
-from .tracking import finish, log_artifact, make_logger
+from .tracking import finish, is_wandb, log_artifact, make_logger
 from .metrics import grouped_metrics, metrics_table
 from .model_card import controller_card
 from .points import decision_points
@@ -51,7 +51,7 @@ def new_controller(recipe: DictConfig, points: PointSet, x_train: torch.Tensor, 
     params = OmegaConf.to_container(recipe.controller, resolve=True)
     cls = REGISTRY[params.pop("type")]
     controller = cls(contract=contract, **{**params, **override})
-    controller.norm.fit(controller.flatten(x_train) if hasattr(controller, "flatten") else x_train)
+    controller.fit_standardization(x_train)
     return controller
 
 
@@ -76,7 +76,7 @@ def train(controller: Controller, t: DictConfig, train_xy, val_xy, logger=None, 
 @torch.no_grad()
 def raw_logits(controller: Controller, x: torch.Tensor) -> torch.Tensor:
     controller.eval()
-    return controller.logits(controller._check_shape(x)) if len(x) else torch.zeros(0)
+    return controller.raw_logits(x) if len(x) else torch.zeros(0)
 
 
 def calibrate(controller: Controller, cal: DictConfig, val_x, val_y) -> dict:
@@ -102,7 +102,7 @@ def fit(recipe: DictConfig, cfg: DictConfig) -> Path:
     kind = recipe.points.kind
     points, build = decision_points(cfg)
     splits = split_tensors(points, kind)
-    (x_tr, y_tr, _), (x_va, y_va, _) = splits["train"][:3], splits["val"][:3]
+    (x_tr, y_tr, _), (x_va, y_va, _) = splits["train"], splits["val"]
     if len(y_tr) == 0 or y_tr.min() == y_tr.max():
         raise ValueError(f"{build.out_dir}: the train split has {len(y_tr)} points and "
                          f"{int(y_tr.sum()) if len(y_tr) else 0} positives; a controller needs both labels")
@@ -141,7 +141,7 @@ def fit(recipe: DictConfig, cfg: DictConfig) -> Path:
     print(f"controller:      {out_dir.resolve()}  (controllers.load('{out_dir}'))")
     print(f"metrics:         {(out_dir / 'metrics.json').resolve()}")
     if logger is not None:
-        if type(logger).__name__ == "WandbLogger":
+        if is_wandb(logger):
             print(f"W&B run:         {logger.save_dir} ({logger.experiment.settings.mode})")
         else:   # logger=csv: its experiment has no W&B settings
             print(f"logs:            {logger.log_dir}")

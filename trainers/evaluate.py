@@ -48,11 +48,20 @@ class Arm:
     hooks: Callable[[], Any] | None = None
     tau: float | None = None
     backend_key: str = "policy"
-    compose: Callable[[dict[str, list[dict]]], list[dict]] | None = field(default=None, repr=False)
+    compose: Callable[[dict[str, list[dict]], list[float]], list[dict]] | None = field(default=None, repr=False)
+
+
+@dataclass
+class Loaded:
+    """A controller checked against the policy, its checkpoint directory and its weights' hash (cache key)."""
+
+    controller: Any
+    path: Path
+    digest: str
 
 
 # ---------------------------------------------------------------------------- arms
-def _controller(path: str, kind: str, policy: str, strict: bool):
+def _controller(path: str, kind: str, policy: str, strict: bool) -> Loaded:
     import controllers
     from data_builders.backends.loading import REPO_ROOT
 
@@ -60,8 +69,7 @@ def _controller(path: str, kind: str, policy: str, strict: bool):
 
     p = Path(path)
     p = p if p.exists() else REPO_ROOT / p
-    c = checked(controllers.load(p), kind, policy, strict=strict)
-    return c, file_digest(p / "model.safetensors")
+    return Loaded(checked(controllers.load(p), kind, policy, strict=strict), p, file_digest(p / "model.safetensors"))
 
 
 def _tau(value, controller) -> float:
@@ -74,7 +82,7 @@ def build_arms(cfg: DictConfig, policy: str, call_format: str) -> tuple[list[Arm
 
     a = cfg.arms
     arms: list[Arm] = []
-    loaded: dict[str, Any] = {}
+    loaded: dict[str, Loaded] = {}
     for reasoning in a.reasoning:
         for mode in a.modes:
             name = mode + ("+rta" if reasoning else "")
@@ -82,37 +90,34 @@ def build_arms(cfg: DictConfig, policy: str, call_format: str) -> tuple[list[Arm
                             bool(reasoning)))
 
     if a.get("probe"):
-        probe, h = _controller(a.probe.checkpoint, "probe", policy, a.strict_contracts)
-        loaded["probe"] = (probe, a.probe.checkpoint)
+        loaded["probe"] = _controller(a.probe.checkpoint, "probe", policy, a.strict_contracts)
+        probe, h = loaded["probe"].controller, loaded["probe"].digest
         for style in a.probe.styles:
             for decision in ("use", "skip"):
                 text = prefill_text(decision, style, call_format)
                 arms.append(Arm(f"prefill_{style}_{decision}", "prefill",
                                 {"name": f"prefill_{style}_{decision}", "mode": "default", "prefill": text},
-                                hooks=lambda text=text: _FixedPrefill(text)))
+                                hooks=lambda text=text: _fixed_prefill(text)))
             for tau in sorted({_tau(t, probe) for t in a.probe.taus}):
                 arms.append(Arm(f"probe_{style}@{tau:.2f}", f"probe_{style}", {"probe": h, "style": style, "tau": tau},
                                 tau=tau, compose=_probe_composer(style, tau)))
 
-    gate = gstep = None
     if a.get("toolgate"):
-        gate, h = _controller(a.toolgate.checkpoint, "flip", policy, a.strict_contracts)
-        loaded["toolgate"] = (gate, a.toolgate.checkpoint)
+        loaded["toolgate"] = _controller(a.toolgate.checkpoint, "flip", policy, a.strict_contracts)
+        gate, h = loaded["toolgate"].controller, loaded["toolgate"].digest
         for tau in sorted({_tau(t, gate) for t in a.toolgate.taus}):
             arms.append(Arm(f"toolgate@{tau:.2f}", "toolgate",
                             {"name": "toolgate", "gate": h, "tau": tau}, tau=tau,
                             hooks=lambda tau=tau: ToolGate(gate, tau)))
     if a.get("g_step"):
-        gstep, h = _controller(a.g_step.checkpoint, "commit", policy, a.strict_contracts)
-        loaded["g_step"] = (gstep, a.g_step.checkpoint)
+        loaded["g_step"] = _controller(a.g_step.checkpoint, "commit", policy, a.strict_contracts)
+        gstep, h = loaded["g_step"].controller, loaded["g_step"].digest
         for tau in sorted({_tau(t, gstep) for t in a.g_step.taus}):
             arms.append(Arm(f"g_step@{tau:.2f}", "g_step", {"name": "g_step", "gate": h, "tau": tau}, tau=tau,
                             hooks=lambda tau=tau: GStep(gstep, tau)))
-    if a.get("cascade") and "probe" in loaded and gate is not None and gstep is not None:
-        probe = loaded["probe"][0]
-        spec = {"name": "cascade", "probe": file_digest(_ckpt(a.probe.checkpoint) / "model.safetensors"),
-                "gate": file_digest(_ckpt(a.toolgate.checkpoint) / "model.safetensors"),
-                "gstep": file_digest(_ckpt(a.g_step.checkpoint) / "model.safetensors"),
+    if a.get("cascade") and {"probe", "toolgate", "g_step"} <= set(loaded):
+        probe, gate, gstep = (loaded[k].controller for k in ("probe", "toolgate", "g_step"))
+        spec = {"name": "cascade", **{k: loaded[k].digest for k in ("probe", "toolgate", "g_step")},
                 "taus": [probe.tau, gate.tau, gstep.tau], "style": "soft"}
         arms.append(Arm("cascade", "cascade", spec, hooks=lambda: Cascade(
             ProbePrefill(probe, None, "soft", call_format), ToolGate(gate), GStep(gstep))))
@@ -123,29 +128,15 @@ def build_arms(cfg: DictConfig, policy: str, call_format: str) -> tuple[list[Arm
     return arms, loaded
 
 
-def _ckpt(path: str) -> Path:
-    from data_builders.backends.loading import REPO_ROOT
+def _fixed_prefill(text: str):
+    """Hooks giving the round-1 prefill a Probe&Prefill hook produces for one decision (to assemble τ sweeps)."""
+    from data_builders.agent.hooks import Hooks
 
-    p = Path(path)
-    return p if p.exists() else REPO_ROOT / p
+    class FixedPrefill(Hooks):
+        def pre_generation(self, task, state):
+            return text
 
-
-class _FixedPrefill:
-    """The round-1 prefill a Probe&Prefill hook produces for one decision (used to assemble τ sweeps)."""
-
-    hidden_layers = None
-
-    def __init__(self, text: str):
-        self.text = text
-
-    def pre_generation(self, task, state):
-        return self.text
-
-    def pre_call(self, episode, call):
-        return "execute"
-
-    def on_answer(self, episode, answer_text):
-        return "commit"
+    return FixedPrefill()
 
 
 def _probe_composer(style: str, tau: float):
@@ -239,19 +230,13 @@ def curve_area(points: list[tuple[float, float]], x_max: float) -> float | None:
     return float(np.trapezoid(ys, xs))
 
 
-def patterns(trajs: list[dict]) -> dict | None:
-    try:
-        from .patterns import count_patterns
-    except ImportError:
-        return None
-    return count_patterns(trajs)
-
-
 # ---------------------------------------------------------------------------- run
 def run(cfg: DictConfig) -> dict:
+    from data_builders.agent.loop import Agent, AgentConfig
     from data_builders.backends.loading import backend_from_config
     from data_builders.tasks import tasks_from_config
 
+    from .patterns import count_patterns
     from .pte import PTEConfig
     from .report import write_report
 
@@ -259,8 +244,6 @@ def run(cfg: DictConfig) -> dict:
     tasks = tasks_from_config(cfg)
     backend = backend_from_config(cfg.model, cfg.get("backend"))
     agent_kw = OmegaConf.to_container(cfg.agent, resolve=True)
-    from data_builders.agent.loop import Agent, AgentConfig
-
     call_format = Agent(backend, AgentConfig(**agent_kw)).call_format
     arms, loaded = build_arms(cfg, backend.fingerprint, call_format)
     pte_cfg = PTEConfig(hardware=OmegaConf.to_container(cfg.hardware, resolve=True), params=cfg.pte.params,
@@ -277,9 +260,8 @@ def run(cfg: DictConfig) -> dict:
     for arm in arms:
         if arm.compose is not None:
             if probs is None:
-                probe, path = loaded["probe"]
-                probs = probe_probabilities(probe, backend, tasks, agent_kw, cache.root,
-                                            file_digest(_ckpt(path) / "model.safetensors"))
+                probs = probe_probabilities(loaded["probe"].controller, backend, tasks, agent_kw, cache.root,
+                                            loaded["probe"].digest)
             by_arm[arm.name] = arm.compose(by_arm, probs)
             continue
         if arm.backend_key not in backends:
@@ -296,7 +278,7 @@ def run(cfg: DictConfig) -> dict:
     metrics = {name: {"all": arm_metrics(t, gamma, pte_cfg), **grouped(t, gamma, pte_cfg)}
                for name, t in by_arm.items() if not name.startswith("prefill_")}
     for name in metrics:
-        metrics[name]["patterns"] = patterns(by_arm[name])
+        metrics[name]["patterns"] = count_patterns(by_arm[name])
     reference = cfg.reference if cfg.reference in metrics else next(iter(metrics))
     x_max = max(m["all"]["tool_calls_per_task"] for m in metrics.values()) if metrics else 0.0
     families = {}
@@ -306,8 +288,8 @@ def run(cfg: DictConfig) -> dict:
     curves = {f: {"arms": names, "area": curve_area([(metrics[n]["all"]["tool_calls_per_task"],
                                                        metrics[n]["all"]["accuracy"]) for n in names], x_max)}
               for f, names in families.items()}
-    controllers = {k: {"checkpoint": str(path), "tau": c.tau, "temperature": c.temperature,
-                       "test_auroc": _ckpt_metric(path)} for k, (c, path) in loaded.items()}
+    controllers = {k: {"checkpoint": str(c.path), "tau": c.controller.tau, "temperature": c.controller.temperature,
+                       "test_auroc": _ckpt_metric(c.path)} for k, c in loaded.items()}
     results = {"tasks": len(tasks), "task_source": OmegaConf.to_container(cfg.tasks, resolve=True),
                "split": cfg.split, "policy": backend.fingerprint, "backend": getattr(backend, "name", type(backend).__name__), "decoding": decoding,
                "gamma": gamma, "hardware": pte_cfg.profile.name, "pte": OmegaConf.to_container(cfg.pte),
@@ -324,8 +306,8 @@ def run(cfg: DictConfig) -> dict:
     return results
 
 
-def _ckpt_metric(path: str):
-    m = _ckpt(path) / "metrics.json"
+def _ckpt_metric(path: Path):
+    m = path / "metrics.json"
     if not m.exists():
         return None
     return json.loads(m.read_text())["splits"]["test"]["all"].get("auroc")

@@ -40,7 +40,7 @@ class ControllerModule(L.LightningModule):
         self.val_auroc = BinaryAUROC()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.controller.logits(self.controller._check_shape(x))
+        return self.controller.raw_logits(x)
 
     def objective(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         w_neg, w_pos = self.class_weights

@@ -57,9 +57,15 @@ def make_logger(cfg: DictConfig):
     raise ValueError(f"logger.name={name!r}: choose wandb, csv or none")
 
 
+def is_wandb(logger) -> bool:
+    from lightning.pytorch.loggers import WandbLogger
+
+    return isinstance(logger, WandbLogger)
+
+
 def log_artifact(logger, directory: Path, *, name: str, kind: str) -> None:
     """The exported directory as a W&B artifact (stored locally when offline, uploaded by ``wandb sync``)."""
-    if type(logger).__name__ != "WandbLogger":
+    if not is_wandb(logger):
         return
     import wandb
 
@@ -71,5 +77,5 @@ def log_artifact(logger, directory: Path, *, name: str, kind: str) -> None:
 def finish(logger) -> None:
     """End the W&B run. Lightning's ``finalize`` leaves it open, and the next ``WandbLogger`` in this process
     (the next job of a Hydra multirun, ``trainers.sweep``) would silently log into it instead of its own run."""
-    if type(logger).__name__ == "WandbLogger":
+    if is_wandb(logger):
         logger.experiment.finish()
