@@ -38,7 +38,10 @@ CALIBRATED = "calibrated"
 @dataclass
 class Arm:
     """One evaluated configuration. ``spec`` identifies its trajectories in the cache; ``hooks`` builds the
-    agent's hooks (None: a prompt-mode baseline); ``compose`` marks arms assembled from others (probe τ)."""
+    agent's hooks (None: a prompt-mode baseline); ``compose`` marks arms assembled from others (probe τ).
+    ``agent``: AgentConfig fields merged over the run's agent settings (e.g. ``{"tool_access": "noop"}``);
+    ``task_view``: the name of a task transform the caller applies before :func:`run_arm` (the factorized
+    framework's oracle views, ``trainers/factorized.py``). Both enter :attr:`cache_spec` when set."""
 
     name: str
     family: str
@@ -49,6 +52,15 @@ class Arm:
     tau: float | None = None
     backend_key: str = "policy"
     compose: Callable[[dict[str, list[dict]], list[float]], list[dict]] | None = field(default=None, repr=False)
+    agent: dict = field(default_factory=dict)
+    task_view: str | None = None
+
+    @property
+    def cache_spec(self) -> dict:
+        """``spec`` plus the agent overrides and task view; exactly ``spec`` for an arm without them."""
+        extra = {**({"agent": dict(sorted(self.agent.items()))} if self.agent else {}),
+                 **({"task_view": self.task_view} if self.task_view else {})}
+        return {**self.spec, **extra}
 
 
 @dataclass
@@ -151,16 +163,17 @@ def run_arm(arm: Arm, backend, tasks, cache: TrajectoryCache, agent_kw: dict) ->
     """The arm's trajectories for ``tasks`` (cached ones reused); returns (trajectories, seconds, computed)."""
     from data_builders.agent.loop import Agent, AgentConfig
 
-    have, todo = cache.missing(arm.spec, tasks)
+    spec = arm.cache_spec
+    have, todo = cache.missing(spec, tasks)
     seconds = 0.0
     if todo:
-        agent = Agent(backend, AgentConfig(mode=arm.mode, reasoning=arm.reasoning, **agent_kw),
+        agent = Agent(backend, AgentConfig(mode=arm.mode, reasoning=arm.reasoning, **{**agent_kw, **arm.agent}),
                       arm.hooks() if arm.hooks else None)
         start = time.perf_counter()
         with tqdm(total=len(todo), desc=f"arm {arm.name}", unit="task", leave=False) as bar:
             trajs = agent.run(todo, on_done=lambda _: bar.update(1))
         seconds = time.perf_counter() - start
-        cache.store(arm.spec, have, list(zip(todo, trajs)))
+        cache.store(spec, have, list(zip(todo, trajs)))
     return [have[task_key(t)] for t in tasks], seconds, len(todo)
 
 

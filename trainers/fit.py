@@ -26,6 +26,7 @@ RECIPES = {
     "probe_prefill": "trainers.controller_fit:fit",
     "toolgate": "trainers.controller_fit:fit",
     "g_step": "trainers.controller_fit:fit",
+    "pte_grpo": "trainers.grpo:fit",
 }
 
 

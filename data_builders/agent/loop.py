@@ -24,11 +24,12 @@ from .parsing import has_boxed, parse_tool_call, reasoning_present
 from .trajectory import SCHEMA_VERSION, error_kind
 
 CONTEXT_EXCEEDED = "[CONTEXT_LENGTH_EXCEEDED]"
+TOOL_ACCESS = ("real", "noop", "hidden")
 
 
 @dataclass
 class AgentConfig:
-    mode: str = "default"              # force | default | necessary | sparse | no_tool | hard_no_tool
+    mode: str = "default"              # force | default | necessary | sparse | no_tool | hard_no_tool | cot
     reasoning: bool = False            # Reason-then-Act
     call_format: str = "auto"          # xml | native | auto (native iff the model id contains "llama", SPEC §5.1)
     max_rounds: int = 10
@@ -42,11 +43,27 @@ class AgentConfig:
     max_context: int | None = None     # default: min(model positions, 32768)
     logprobs: bool = True              # keep per-token log-probs of generated text (G-STEP features)
     reuse_kv: bool = True              # keep each episode's KV cache between turns (prefill only new tokens)
+    keep_token_ids: bool = False       # store each turn's generated token ids (RL rollouts train on exact tokens)
+    # Interventions of seed 000's factorized framework (trainers/factorized.py); the defaults change nothing.
+    tool_access: str = "real"          # real | noop (calls run the protocol, return P.NOOP_CALL_RESULT) |
+                                       # hidden (no schemas rendered, calls rejected with P.TOOLS_UNAVAILABLE)
+    max_tool_calls: int | None = None  # executed (or no-op) calls allowed per episode; more are rejected
+    reasoning_check: bool = True       # False: free text allowed before calls and answers (SPEC §5.4 checks off)
 
     def __post_init__(self):
         self.mode = P.canonical_mode(self.mode)
         if self.call_format not in P.CALL_FORMATS + ("auto",):
             raise ValueError(f"call_format must be one of {P.CALL_FORMATS + ('auto',)}, got {self.call_format!r}")
+        if self.tool_access not in TOOL_ACCESS:
+            raise ValueError(f"tool_access must be one of {TOOL_ACCESS}, got {self.tool_access!r}")
+        if self.max_tool_calls is not None and (isinstance(self.max_tool_calls, bool) or
+                                                not isinstance(self.max_tool_calls, int) or self.max_tool_calls < 0):
+            raise ValueError(f"max_tool_calls must be null or an integer >= 0, got {self.max_tool_calls!r}")
+
+    @property
+    def tools_hidden(self) -> bool:
+        """No tool schemas in the prompt and every call rejected: mode cot, or tool_access hidden."""
+        return self.mode == P.COT_MODE or self.tool_access == "hidden"
 
 
 @dataclass
@@ -131,7 +148,8 @@ class Agent:
         messages = P.initial_messages(task.instruction, task.env.name, self.cfg.mode, self.cfg.reasoning,
                                       self.call_format)
         self._uid += 1
-        return _Episode(task=task, index=index, env=env, tools=env.tool_specs(), messages=messages,
+        tools = [] if self.cfg.tools_hidden else env.tool_specs()
+        return _Episode(task=task, index=index, env=env, tools=tools, messages=messages,
                         rounds_budget=self.cfg.max_rounds, uid=self._uid)
 
     def initial_prompt(self, task: Task) -> str:
@@ -195,6 +213,7 @@ class Agent:
                 "context_len": gen.prompt_tokens, "decode_tokens": gen.decode_tokens,
                 "finish_reason": gen.finish_reason, "wall_s": round(wall_s, 4),
                 "logprobs": [round(x, 4) for x in lps] if self.cfg.logprobs else None,
+                **({"token_ids": list(gen.token_ids), "raw_logprobs": list(lps)} if self.cfg.keep_token_ids else {}),
             })
             ep.generation_tokens += self.backend.count_tokens(raw)
             self._step(ep, raw)
@@ -216,14 +235,16 @@ class Agent:
 
     def _step(self, ep: _Episode, raw: str) -> None:
         cfg, c = self.cfg, ep.counts
-        lenient = ep.prefilled or ep.verifying       # SPEC: prefilled episodes skip reasoning checks
+        # SPEC: prefilled episodes skip reasoning checks; so do cot (reasoning is its point) and reasoning_check=False
+        lenient = ep.prefilled or ep.verifying or not cfg.reasoning_check or cfg.mode == P.COT_MODE
         call = parse_tool_call(raw)
         if call is not None:
             ep.turns[-1]["kind"] = "call"
             rec = {"round": ep.round, "name": call.name, "args": call.arguments}
-            if cfg.mode == "hard_no_tool":
+            if cfg.mode == "hard_no_tool" or cfg.tools_hidden:
                 c["rejected_calls"] += 1
-                ep.calls.append({**rec, "status": "rejected", "reason": "hard_no_tool"})
+                reason = cfg.mode if cfg.mode in ("hard_no_tool", P.COT_MODE) else "tools_hidden"
+                ep.calls.append({**rec, "status": "rejected", "reason": reason})
                 return self._say(ep, raw, self._user(P.TOOLS_UNAVAILABLE))
             if not ep.after_tool and not lenient:
                 has_reason = reasoning_present(raw, kind="call")
@@ -238,13 +259,20 @@ class Agent:
                 ep.messages.append({"role": "assistant", "content": raw})
                 ep.final_response, ep.ended = ep.pending_answer or "", "duplicate_call"
                 return
+            if cfg.max_tool_calls is not None and c["tool_calls"] >= cfg.max_tool_calls:
+                c["rejected_calls"] += 1
+                ep.calls.append({**rec, "status": "rejected", "reason": "max_tool_calls"})
+                return self._say(ep, raw, self._user(P.TOOL_BUDGET_USED))
             decision = self.hooks.pre_call(ep.view(cfg.mode), call)
             ep.decisions.append({"hook": "pre_call", "round": ep.round, "call": call.name, "decision": decision})
             if decision == "skip":
                 payload, status = dict(P.SKIPPED_CALL_RESULT), "skipped"
                 c["skipped_calls"] += 1
             else:
-                payload, status = ep.env.call(call.name, call.arguments), "executed"
+                if cfg.tool_access == "noop":
+                    payload, status = dict(P.NOOP_CALL_RESULT), "noop"
+                else:
+                    payload, status = ep.env.call(call.name, call.arguments), "executed"
                 c["tool_calls"] += 1
                 ep.executed.add(signature)
             ep.calls.append({**rec, "status": status, "result": payload, "ok": payload.get("success") is not False,
@@ -267,7 +295,7 @@ class Agent:
             c["malformed_calls"] += 1     # an attempted call the lenient parser could not read
         c["format_errors"] += 1
         ep.after_tool = False
-        self._say(ep, raw, self._user(P.continue_prompt(cfg.mode, cfg.reasoning)))
+        self._say(ep, raw, self._user(P.continue_prompt(cfg.mode, cfg.reasoning, cfg.reasoning_check)))
 
     def _reject_call(self, ep: _Episode, raw: str, rec: dict, message: str) -> None:
         ep.counts["rejected_calls"] += 1
@@ -311,4 +339,16 @@ class Agent:
             "rounds": len(ep.turns), "ended": ep.ended, **ep.counts,
             "generation_tokens": ep.generation_tokens, "appended_prompt_tokens": ep.appended_tokens,
             "token_cost": token_cost(ep.generation_tokens, ep.appended_tokens),
+            **self._interventions(),
         }
+
+    def _interventions(self) -> dict:
+        """The factorized-framework settings that differ from the defaults (none: the record is unchanged)."""
+        cfg, out = self.cfg, {}
+        if cfg.tool_access != "real":
+            out["tool_access"] = cfg.tool_access
+        if cfg.max_tool_calls is not None:
+            out["max_tool_calls"] = cfg.max_tool_calls
+        if not cfg.reasoning_check:
+            out["reasoning_check"] = False
+        return out

@@ -8,6 +8,11 @@ from __future__ import annotations
 import json
 
 MODES = ("force", "default", "necessary", "sparse", "no_tool", "hard_no_tool")
+# Native chain-of-thought (seed paper 000's NoTool-CoT arm): a math-solver prompt with no tool wording and no
+# tool schemas. Kept out of MODES, whose order fixes G-STEP's one-hot mode features (a new entry would change
+# every G-STEP checkpoint's input width).
+COT_MODE = "cot"
+ALL_MODES = MODES + (COT_MODE,)
 # When2Tool's names for the same modes, accepted as aliases.
 MODE_ALIASES = {"force_tool": "force", "current": "default", "necessary_tool": "necessary", "sparse_tool": "sparse"}
 CALL_FORMATS = ("xml", "native")
@@ -15,8 +20,8 @@ CALL_FORMATS = ("xml", "native")
 
 def canonical_mode(mode: str) -> str:
     m = MODE_ALIASES.get(mode, mode)
-    if m not in MODES:
-        raise ValueError(f"unknown prompt mode {mode!r}; choose one of {MODES} (or {tuple(MODE_ALIASES)})")
+    if m not in ALL_MODES:
+        raise ValueError(f"unknown prompt mode {mode!r}; choose one of {ALL_MODES} (or {tuple(MODE_ALIASES)})")
     return m
 
 
@@ -48,7 +53,13 @@ REASONING_LINE = ("First, in a few sentences, decide whether a tool is needed. I
 _FINAL_LINE = "When you are done, give the final answer in \\boxed{...}."
 
 
+COT_SYSTEM = "You are a careful math solver. Solve the problem by reasoning step by step."
+COT_INSTRUCTION = "Think step by step, then give the final answer in \\boxed{...}."
+
+
 def user_prompt(instruction: str, mode: str, reasoning: bool) -> str:
+    if canonical_mode(mode) == COT_MODE:
+        return f"{instruction}\n\n{COT_INSTRUCTION}"
     lines = ([REASONING_LINE] if reasoning else []) + [_POLICY[canonical_mode(mode)], _FINAL_LINE]
     policy = "\n".join(f"{i}. {line}" for i, line in enumerate(lines, 1))
     return f"{instruction}\n\nResponse policy (required every turn):\n{policy}"
@@ -62,16 +73,27 @@ MISSING_REASONING_ANSWER = "Write a short reasoning before the boxed answer."
 NO_REASONING_ANSWER = "Reply with the boxed answer only, without reasoning."
 SKIPPED_CALL_RESULT = {"success": False, "message": "[SKIPPED] This tool call was not executed. "
                                                     "Continue without it and answer if you can."}
+# tool_access="noop": the call goes through the whole protocol but nothing is computed (seed 000's no-op tool).
+NOOP_CALL_RESULT = {"success": True, "result": None, "message": "[NO-OP] Nothing was computed."}
+# max_tool_calls: a call past the episode's budget is not executed.
+TOOL_BUDGET_USED = ("Tool budget used up. Answer directly without further tool calls and put the final answer "
+                    "in \\boxed{}.")
 VERIFY_PROMPT = ("Before you finish, verify your answer. If a tool can check it, call the tool; otherwise re-derive "
                  "it step by step. Then give the final answer in \\boxed{}.")
 
 
-def continue_prompt(mode: str, reasoning: bool) -> str:
+def continue_prompt(mode: str, reasoning: bool, reasoning_check: bool = True) -> str:
+    """The nudge after a turn that neither calls a tool nor answers. ``reasoning_check=False`` (free text
+    allowed everywhere) drops the "no reasoning text" demand; mode ``cot`` asks for the boxed answer only."""
+    if canonical_mode(mode) == COT_MODE:
+        return f"Continue. {COT_INSTRUCTION}"
     text = "Continue."
     if canonical_mode(mode) == "sparse":
         text += " Answer now if you can; make at most one high-value tool call only if you are truly blocked."
     if reasoning:
         text += " Reply with exactly one of: short reasoning then a valid tool call, or short reasoning then the final answer in \\boxed{}."
+    elif not reasoning_check:
+        text += " Reply with exactly one of: a valid tool call, or the final answer in \\boxed{}."
     else:
         text += " Reply with exactly one of: a valid tool call, or the final answer in \\boxed{}, with no reasoning text."
     return text
@@ -84,7 +106,11 @@ def tool_response_message(payload_json: str, call_format: str) -> dict:
 
 
 def initial_messages(instruction: str, env_name: str, mode: str, reasoning: bool, call_format: str) -> list[dict]:
-    """SPEC §5.2: the system prompt, ListManipulation's format contract, and the user message with its policy."""
+    """SPEC §5.2: the system prompt, ListManipulation's format contract, and the user message with its policy.
+    Mode ``cot``: the math-solver system prompt and the step-by-step instruction, no tool wording at all."""
+    if canonical_mode(mode) == COT_MODE:
+        return [{"role": "system", "content": COT_SYSTEM},
+                {"role": "user", "content": user_prompt(instruction, mode, reasoning)}]
     messages = [{"role": "system", "content": system_prompt(call_format)}]
     if env_name == "ListManipulationEnv":
         messages.append({"role": "system", "content": LIST_FORMAT_CONTRACT})

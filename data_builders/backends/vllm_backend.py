@@ -85,6 +85,19 @@ class VLLMBackend(ChatText, Backend):
         self.llm = vllm.LLM(**kw)
         self._vllm = vllm
 
+    @classmethod
+    def wrap(cls, llm, tokenizer, *, model_id: str, adapter: str | None = None) -> "VLLMBackend":
+        """A backend on an engine someone else owns, e.g. TRL's colocated vLLM whose weights the GRPO
+        trainer syncs before each rollout (``trainers/grpo.py``)."""
+        self = cls.__new__(cls)
+        self.llm, self._vllm = llm, import_vllm()
+        self.tokenizer, self.model_id, self.adapter = tokenizer, model_id, adapter
+        self.model_dir, self.device_kind = None, "external"
+        self._config = llm.llm_engine.model_config.hf_config
+        self.n_layers = self._config.num_hidden_layers
+        self._hf_loader, self._hf = None, None
+        return self
+
     # ---------------------------------------------------------------- identity
     @property
     def fingerprint(self) -> str:

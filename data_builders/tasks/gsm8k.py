@@ -16,7 +16,11 @@ a copy of its train file is ``../shared/data/gsm8k/train.jsonl``). Per line:
   distractor or the file order, so train and test stay disjoint and stable (duplicate questions land
   in the same split);
 * id: ``gsm8k-<line index>`` (0-based physical line; ``-<kind>`` appended with a distractor), so an
-  id names its line even when blank lines are skipped.
+  id names its line even when blank lines are skipped;
+* expected: besides ``answer``, ``calculations`` (the solution's annotations as
+  ``[{"expression", "value"}, ...]``) and ``evidence`` (the original question, without any distractor),
+  which the factorized framework's oracle conditions read (``trainers/factorized.py``). Not ``steps``:
+  that key sets ``Task.expected_steps`` and with it the tool-call-rate metric.
 
 Errors name the file, the 1-based line number (as ``record``) and the field.
 """
@@ -31,7 +35,8 @@ from .distractors import DISTRACTOR_KINDS, add_distractor, distractor_rng
 from .generators.calculator import TOOLS as CALCULATOR_TOOLS
 from .schema import SPLITS, Task, TaskFormatError
 
-__all__ = ["TEST_FRACTION", "calculator_annotations", "difficulty_of", "load_gsm8k", "question_split"]
+__all__ = ["TEST_FRACTION", "calculator_annotations", "difficulty_of", "instruction_for", "load_gsm8k",
+           "question_split"]
 
 TEST_FRACTION = 0.1
 # The answer format of When2Tool's numeric tasks; the agent prompt adds the \boxed{} instruction.
@@ -46,6 +51,11 @@ def calculator_annotations(solution: str) -> list[tuple[str, str]]:
         expr, _, value = body.rpartition("=")
         pairs.append((expr.strip(), value.strip()))
     return pairs
+
+
+def instruction_for(question: str) -> str:
+    """A task's instruction from its (possibly distracted) question text."""
+    return f"{question} {ANSWER_FORMAT}"
 
 
 def difficulty_of(n_annotations: int) -> str:
@@ -117,9 +127,10 @@ def load_gsm8k(path: str | Path, split: str = "train", *, distractor: str | None
                 tid, tags = f"{tid}-{distractor}", tags + [distractor]
             record = {
                 "id": tid,
-                "instruction": f"{text} {ANSWER_FORMAT}",
+                "instruction": instruction_for(text),
                 "environments": [{"name": "CalculatorEnv", "tools": list(CALCULATOR_TOOLS), "parameters": {}}],
-                "expected": {"answer": gold},
+                "expected": {"answer": gold, "evidence": question,
+                             "calculations": [{"expression": e, "value": v} for e, v in steps]},
                 "difficulty": difficulty_of(len(steps)),
                 "multi_step": len(steps) > 1,
                 "tags": tags,

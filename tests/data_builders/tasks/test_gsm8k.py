@@ -77,7 +77,10 @@ def test_records_become_calculator_tasks_with_gold_difficulty_and_split(gsm_file
     tasks = _by_id(_both(gsm_file))
     assert len(tasks) == len(RECORDS)
     natalia, betty, factory, simple = (tasks[f"gsm8k-{i}"] for i in range(4))
-    assert natalia.answer == "72" and natalia.expected == {"answer": "72"}
+    assert natalia.answer == "72" and natalia.expected == {
+        "answer": "72", "evidence": NATALIA["question"],
+        "calculations": [{"expression": "48/2", "value": "24"}, {"expression": "48+24", "value": "72"}]}
+    assert simple.expected["calculations"] == [] and natalia.expected_steps == 3   # no "steps" key: unchanged
     assert factory.answer == "1000"  # "#### 1,000": commas removed
     # <<...>> annotations: 2 -> easy, 3 -> medium, 5 -> hard, 0 -> easy and single-step
     assert [t.difficulty for t in (natalia, betty, factory, simple)] == ["easy", "medium", "hard", "easy"]
@@ -88,6 +91,14 @@ def test_records_become_calculator_tasks_with_gold_difficulty_and_split(gsm_file
     assert natalia.tags == ("gsm8k",) and natalia.category == "A"
     for t in tasks.values():
         assert t.split == question_split(t.instruction[: -len(ANSWER_FORMAT) - 1])
+
+
+def test_distracted_task_keeps_the_clean_question_as_evidence(gsm_file):
+    clean = _by_id(_both(gsm_file))
+    for t in _both(gsm_file, distractor="hedged"):
+        base = clean[t.id.rsplit("-", 1)[0]]
+        assert t.expected["evidence"] == base.expected["evidence"] != t.instruction[: -len(ANSWER_FORMAT) - 1]
+        assert t.expected["calculations"] == base.expected["calculations"]
 
 
 def test_calculator_annotations_are_expression_value_pairs():

@@ -1,0 +1,164 @@
+"""recipe=pte_grpo: the reward functions on hand-made episodes, the episode → token sequence used by the
+policy gradient, and a tiny-model smoke run of TRL's GRPOTrainer with multi-turn tool rollouts."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+from safetensors.torch import load_file
+
+from recipes import CONFIG_DIR
+from trainers.rewards import correctness, otc, otc_tool_score, pte_cost, reward_setup, total_reward
+
+
+# ---------------------------------------------------------------------------- rewards
+def episodes(**fields):
+    n = len(next(iter(fields.values())))
+    return {"prompts": [None] * n, "completions": [None] * n, **fields}
+
+
+def test_lambda_zero_is_the_plain_correctness_reward():
+    f = dict(correct=[True, False, True], pte_normalised=[0.5, 2.0, 3.0], tool_calls=[1, 0, 3],
+             task_key=["a", "a", "b"])
+    assert total_reward("pte", 0.0, **f) == [1.0, 0.0, 1.0]
+    assert total_reward("pte", 0.5, **f) == pytest.approx([1 - 0.25, -1.0, 1 - 1.5])
+
+
+def test_cheaper_correct_episode_earns_more_and_wrong_never_beats_right_at_equal_cost():
+    f = dict(correct=[True, True, False], pte_normalised=[1.0, 0.4, 0.4])
+    r = total_reward("pte", 0.5, **f)
+    assert r[1] > r[0] > r[2]
+
+
+def test_reward_functions_have_trls_signature_and_log_components():
+    logged = {}
+    out = correctness(**episodes(correct=[True, False]), tool_calls=[2, 0], pte=[100.0, 50.0],
+                      format_errors=[0, 1], log_metric=lambda k, v: logged.__setitem__(k, v))
+    assert out == [1.0, 0.0]
+    assert logged == {"rollout/accuracy": 0.5, "rollout/tool_calls": 1.0, "rollout/pte": 75.0,
+                      "rollout/format_errors": 0.5}
+    assert pte_cost(**episodes(pte_normalised=[0.25, 1.5])) == [-0.25, -1.5]
+
+
+def test_reward_weights_follow_lambda_and_refuse_bad_settings():
+    funcs, weights = reward_setup("pte", 0.3)
+    assert [f.__name__ for f in funcs] == ["correctness", "pte_cost"] and weights == [1.0, 0.3]
+    with pytest.raises(ValueError, match="unknown reward kind"):
+        reward_setup("nope", 0.1)
+    with pytest.raises(ValueError, match=">= 0"):
+        reward_setup("pte", -1)
+
+
+def test_otc_tool_score_matches_the_paper_shape():
+    assert otc_tool_score(0, 0) == 1.0                       # solvable without tools, no call
+    assert otc_tool_score(1, 0) == pytest.approx(math.cos(math.pi / 3))
+    assert otc_tool_score(2, 2) == pytest.approx(1.0)        # the optimal count scores 1
+    assert otc_tool_score(1, 2) < 1 and otc_tool_score(4, 2) < 1 and otc_tool_score(4, 2) > otc_tool_score(8, 2)
+    assert otc_tool_score(3, None) == pytest.approx(math.cos(3 * math.pi / 7))
+    with pytest.raises(ValueError):
+        otc_tool_score(-1, 0)
+
+
+def test_otc_estimates_the_optimal_count_per_task_from_correct_episodes():
+    f = episodes(correct=[True, True, False, True], tool_calls=[2, 1, 0, 3], task_key=["a", "a", "a", "b"])
+    r = otc(**f, otc_c=1.0)
+    # task a: n = 1 (the cheapest correct episode); the wrong one gets 0 whatever its calls
+    assert r[1] == pytest.approx(1.0) and r[0] == pytest.approx(math.sin((2 * 2 / 3) * math.pi / 2))
+    assert r[2] == 0.0 and r[3] == pytest.approx(1.0)          # task b: n = m = 3
+
+
+# ---------------------------------------------------------------------------- episode -> tokens
+def test_episode_tokens_train_only_on_what_the_model_wrote(tiny_backend):
+    from data_builders.agent.loop import Agent, AgentConfig
+    from data_builders.tasks import load_tasks
+    from trainers.grpo import _renderer, episode_tokens
+
+    task = load_tasks("builtin", split="train", n_per_cell=1, envs=["CalculatorEnv"], difficulties=["easy"])[0]
+    agent = Agent(tiny_backend, AgentConfig(max_rounds=2, max_new_tokens=8, keep_token_ids=True))
+    tok = tiny_backend.tokenizer
+    # A hand-made two-turn episode: a tool call, the tool result, then an answer ending in EOS.
+    call = '<tool_call>\n{"name": "calculate", "arguments": {"expression": "1+1"}}\n</tool_call>'
+    answer = "\\boxed{2}"
+    first = agent.initial_prompt(task)
+    msgs = agent._start(task, -1).messages + [{"role": "assistant", "content": call},
+                                               {"role": "user", "content": "<tool_response>\n{\"result\": 2}\n</tool_response>"},
+                                               {"role": "assistant", "content": answer}]
+    ids_call = tok(call, add_special_tokens=False).input_ids
+    ids_ans = tok(answer, add_special_tokens=False).input_ids + [tok.eos_token_id]
+    traj = {"task_id": task.id, "messages": msgs, "turns": [
+        {"token_ids": ids_call, "raw_logprobs": [-0.5] * len(ids_call), "finish_reason": "stop", "prefill_text": ""},
+        {"token_ids": ids_ans, "raw_logprobs": [-0.25] * len(ids_ans), "finish_reason": "eos", "prefill_text": ""}]}
+    seq = episode_tokens(traj, tok, _renderer(agent, task))
+    assert tok.decode(seq.prompt_ids) == first
+    model_text = tok.decode([t for t, m in zip(seq.completion_ids, seq.env_mask) if m])
+    env_text = tok.decode([t for t, m in zip(seq.completion_ids, seq.env_mask) if not m])
+    assert model_text == call + answer + tok.eos_token
+    assert "<tool_response>" in env_text and "calculate" not in env_text
+    # prompt + completion is exactly the last prompt the model saw, plus its final turn
+    full = tok.decode(seq.prompt_ids + seq.completion_ids)
+    last_prompt = _renderer(agent, task)(msgs[:-1])
+    assert full == last_prompt + answer + tok.eos_token
+    assert seq.logprobs == [-0.5] * len(ids_call) + [0.0] * (len(seq.env_mask) - sum(seq.env_mask)) + \
+        [-0.25] * len(ids_ans)
+    assert len(seq.completion_ids) == len(seq.env_mask) == len(seq.logprobs)
+
+
+def test_episode_tokens_refuses_a_trajectory_without_token_ids(tiny_backend):
+    from data_builders.agent.loop import Agent, AgentConfig
+    from data_builders.tasks import load_tasks
+    from trainers.grpo import EpisodeTokenError, _renderer, episode_tokens
+
+    task = load_tasks("builtin", split="train", n_per_cell=1, envs=["CalculatorEnv"], difficulties=["easy"])[0]
+    agent = Agent(tiny_backend, AgentConfig(max_rounds=1, max_new_tokens=4))
+    traj = agent.run([task])[0]
+    with pytest.raises(EpisodeTokenError, match="keep_token_ids"):
+        episode_tokens(traj, tiny_backend.tokenizer, _renderer(agent, task))
+
+
+# ---------------------------------------------------------------------------- smoke run
+def recipe_cfg(tmp_path, model_dir, *overrides):
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        cfg = compose("fit", overrides=[
+            "recipe=pte_grpo", f"recipe.model={model_dir}", "recipe.start_adapter=null", "logger=none",
+            f"recipe.output_dir={tmp_path / 'adapter'}", f"+recipe.run_dir={tmp_path / 'run'}",
+            "recipe.data.builtin_per_cell=1", "recipe.data.envs=[CalculatorEnv,HashEnv]",
+            "recipe.rollout.max_new_tokens=12", "recipe.rollout.max_rounds=2",
+            "recipe.generation.prompts_per_step=2", "recipe.generation.num_generations=3",
+            "recipe.train.micro_batch=3", "recipe.train.lr=0.01", *overrides])
+    OmegaConf.set_struct(cfg.recipe, False)
+    cfg.recipe.report_to = []
+    cfg.recipe.command = "pytest"
+    return cfg
+
+
+def test_grpo_smoke_run_changes_the_lora_and_varies_rewards_within_groups(tiny_model_dir, tmp_path):
+    from trainers.grpo import fit
+
+    cfg = recipe_cfg(tmp_path, tiny_model_dir, "recipe.train.max_steps=2")
+    out = fit(cfg.recipe, cfg)
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["train_steps"] == 2 and len(m["rollouts"]) == 2
+    assert m["lora_tensors_changed"] > 0
+    steps = [h for h in m["log_history"] if "reward_std" in h]
+    assert len(steps) == 2
+    # PTE differs between a group's episodes (different lengths and rounds), so advantages are not all zero
+    assert min(h["frac_reward_zero_std"] for h in steps) < 1.0
+    assert all("rewards/pte_cost/mean" in h and "rollout/tool_calls" in h and "rollout/pte" in h for h in steps)
+    weights = load_file(str(out / "adapter_model.safetensors"))
+    assert any(v.abs().sum() > 0 for k, v in weights.items() if "lora_B" in k)   # B starts at zero
+    card = (out / "README.md").read_text()
+    assert "Reproduce: `pytest`" in card and "λ = 0.5" in card
+
+
+def test_the_recipe_is_registered_and_composes_with_otc():
+    from trainers.fit import RECIPES
+
+    assert RECIPES["pte_grpo"] == "trainers.grpo:fit"
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        cfg = compose("fit", overrides=["recipe=pte_grpo", "recipe.reward.kind=otc", "recipe.reward.lam=0"])
+    funcs, weights = reward_setup(cfg.recipe.reward.kind, cfg.recipe.reward.lam)
+    assert [f.__name__ for f in funcs] == ["otc", "pte_cost"] and weights == [1.0, 0.0]
+    assert cfg.hardware.name and cfg.recipe.start_adapter.startswith("checkpoints/tool_sft/")
