@@ -327,30 +327,19 @@ def _ckpt_metric(path: Path):
 
 
 def _log_wandb(cfg: DictConfig, results: dict, files: list[Path]) -> None:
-    if cfg.logger.name != "wandb":
-        return
-    import wandb
+    from .tracking import log_report
 
-    from .tracking import wandb_mode
-
-    run = wandb.init(project=cfg.logger.project, group=cfg.logger.get("group") or "evaluate", job_type="evaluate",
-                     dir=str(cfg.out_dir), mode=wandb_mode(cfg), config=OmegaConf.to_container(cfg, resolve=True))
     cols = ["arm", "accuracy", "tool_calls_per_task", "tool_call_rate", "tokens_per_task", "token_cost_per_task",
             "pte_per_task", "latency_s_per_task"]
-    table = wandb.Table(columns=cols, data=[[name] + [m["all"][c] for c in cols[1:]]
-                                            for name, m in results["arms"].items()])
-    run.log({"arms": table, **{f"plots/{f.stem}": wandb.Image(str(f)) for f in files if f.suffix == ".png"}})
-    run.finish()
+    rows = [[name] + [m["all"][c] for c in cols[1:]] for name, m in results["arms"].items()]
+    log_report(cfg, "evaluate", {"arms": (cols, rows)}, files)
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="evaluate")
 def main(cfg: DictConfig) -> None:
-    from .tracking import setup_wandb_env
+    from .tracking import report_job
 
-    OmegaConf.set_struct(cfg, False)
-    cfg.recipe = {"run_dir": cfg.out_dir}
-    setup_wandb_env(cfg, Path(cfg.out_dir))
-    run(cfg)
+    report_job(cfg, run)
 
 
 if __name__ == "__main__":

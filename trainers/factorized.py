@@ -444,33 +444,22 @@ Wall time {results['wall_s']} s; cache {results['cache']}.
 
 
 def _log_wandb(cfg: DictConfig, results: dict, files: list[Path]) -> None:
-    if cfg.logger.name != "wandb":
-        return
-    import wandb
+    from .tracking import log_report
 
-    from .tracking import wandb_mode
-
-    run = wandb.init(project=cfg.logger.project, group=cfg.logger.get("group") or "factorized", job_type="factorized",
-                     dir=str(cfg.out_dir), mode=wandb_mode(cfg), config=OmegaConf.to_container(cfg, resolve=True))
     cols = ["setting", "condition"] + [c[0] for c in COLUMNS]
     rows = [[label, name] + [m.get(c[0]) for c in COLUMNS]
             for label, s in results["settings"].items() for name, m in s["conditions"].items()]
     con = [[label, name, c["value"], c["ci"][0], c["ci"][1]]
            for label, s in results["settings"].items() for name, c in s["contrasts"].items()]
-    run.log({"conditions": wandb.Table(columns=cols, data=rows),
-             "contrasts": wandb.Table(columns=["setting", "contrast", "value", "ci_low", "ci_high"], data=con),
-             **{f"plots/{f.stem}": wandb.Image(str(f)) for f in files if f.suffix == ".png"}})
-    run.finish()
+    log_report(cfg, "factorized", {"conditions": (cols, rows),
+                                   "contrasts": (["setting", "contrast", "value", "ci_low", "ci_high"], con)}, files)
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="factorized")
 def main(cfg: DictConfig) -> None:
-    from .tracking import setup_wandb_env
+    from .tracking import report_job
 
-    OmegaConf.set_struct(cfg, False)
-    cfg.recipe = {"run_dir": cfg.out_dir}
-    setup_wandb_env(cfg, Path(cfg.out_dir))
-    run(cfg)
+    report_job(cfg, run)
 
 
 if __name__ == "__main__":

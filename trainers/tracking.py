@@ -79,3 +79,25 @@ def finish(logger) -> None:
     (the next job of a Hydra multirun, ``trainers.sweep``) would silently log into it instead of its own run."""
     if is_wandb(logger):
         logger.experiment.finish()
+
+
+def log_report(cfg: DictConfig, job_type: str, tables: dict[str, tuple[list[str], list[list]]],
+               files: list[Path]) -> None:
+    """One W&B run for a report job (evaluate, factorized): its tables and PNG plots, config attached."""
+    if cfg.logger.name != "wandb":
+        return
+    import wandb
+
+    run = wandb.init(project=cfg.logger.project, group=cfg.logger.get("group") or job_type, job_type=job_type,
+                     dir=str(cfg.out_dir), mode=wandb_mode(cfg), config=OmegaConf.to_container(cfg, resolve=True))
+    run.log({**{name: wandb.Table(columns=cols, data=rows) for name, (cols, rows) in tables.items()},
+             **{f"plots/{f.stem}": wandb.Image(str(f)) for f in files if f.suffix == ".png"}})
+    run.finish()
+
+
+def report_job(cfg: DictConfig, run) -> None:
+    """The body of a report command's Hydra main: W&B environment for its output directory, then ``run(cfg)``."""
+    OmegaConf.set_struct(cfg, False)
+    cfg.recipe = {"run_dir": cfg.out_dir}
+    setup_wandb_env(cfg, Path(cfg.out_dir))
+    run(cfg)

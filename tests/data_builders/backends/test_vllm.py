@@ -160,3 +160,24 @@ def test_openai_backend_against_a_local_vllm_server(server):
     tasks = load_tasks("builtin", split="test", limit=2)
     trajs = Agent(remote, AgentConfig(mode="force", max_rounds=2, max_new_tokens=64)).run(tasks)
     assert len(trajs) == 2 and all(t["policy"].startswith("openai:smollm2@") for t in trajs)
+
+
+def test_wrapped_engine_gives_the_grpo_rollout_the_same_tokens_as_hf(engines):
+    """recipe=pte_grpo with use_vllm wraps TRL's colocated engine (VLLMBackend.wrap); its episodes must
+    turn into exactly the token sequences and loss masks the HF path produces."""
+    from data_builders.backends.vllm_backend import VLLMBackend
+    from trainers.grpo import _renderer, episode_tokens
+
+    hf, vl = engines
+    wrapped = VLLMBackend.wrap(vl.llm, vl.tokenizer, model_id=vl.model_id)
+    assert wrapped.fingerprint == vl.fingerprint
+    tasks = load_tasks("builtin", split="test", limit=4)
+    cfg = AgentConfig(mode="default", max_rounds=3, max_new_tokens=96, keep_token_ids=True)
+    seqs = {}
+    for name, backend in (("hf", hf), ("vllm", wrapped)):
+        agent = Agent(backend, cfg)
+        trajs = agent.run(tasks)
+        seqs[name] = [episode_tokens(t, backend.tokenizer, _renderer(agent, task)) for t, task in zip(trajs, tasks)]
+    for x, y in zip(seqs["hf"], seqs["vllm"], strict=True):
+        assert (y.prompt_ids, y.completion_ids, y.env_mask) == (x.prompt_ids, x.completion_ids, x.env_mask)
+    assert any(0 in s.env_mask for s in seqs["vllm"])      # at least one multi-turn episode with tool output
