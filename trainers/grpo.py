@@ -134,10 +134,11 @@ class ToolRollout:
         cfg = AgentConfig(**{**self.agent_kw, "temperature": args.temperature, "top_p": args.top_p,
                              "seed": self.seed * 100_003 + step * 101, "keep_token_ids": True, "logprobs": True,
                              "max_in_flight": len(tasks)})
+        agent = Agent(backend, cfg)
         start = time.perf_counter()
         try:
             with torch.no_grad():
-                trajs = Agent(backend, cfg).run(tasks)
+                trajs = agent.run(tasks)
         finally:
             trainer.model.train(was_training)
         seconds = time.perf_counter() - start
@@ -149,8 +150,7 @@ class ToolRollout:
             # λ = 1 prices an average episode of the start policy at one correct answer.
             self.normaliser = max(sum(ptes) / len(ptes), 1e-9)
             log.info("PTE normaliser (auto, mean PTE of the first rollout batch): %.1f", self.normaliser)
-        agent = Agent(backend, cfg)
-        seqs = [episode_tokens(t, self.tokenizer, _renderer(agent, task)) for t, task in zip(trajs, tasks)]
+        seqs = [episode_tokens(t, self.tokenizer, agent.renderer(task)) for t, task in zip(trajs, tasks)]
         n = len(trajs)
         self.history.append({"step": step, "episodes": n, "seconds": round(seconds, 1),
                              "accuracy": sum(t["correct"] for t in trajs) / n,
@@ -172,14 +172,6 @@ class ToolRollout:
             "task_key": [task_key(task) for task in tasks],
             **self.extra,
         }
-
-
-def _renderer(agent, task) -> Callable[[list[dict]], str]:
-    """The agent's own prompt renderer for ``task``'s episode (same tools, same template)."""
-    from data_builders.agent import prompts as P
-
-    tools = agent._start(task, -1).tools
-    return lambda messages: agent.backend.render(P.template_messages(messages), tools)
 
 
 # ---------------------------------------------------------------------------- data
@@ -273,9 +265,9 @@ def fit(recipe: DictConfig, cfg: DictConfig | None = None) -> Path:
     torch.manual_seed(t.seed)
     model, tokenizer, model_id, start = load_policy(recipe)
     agent_kw = OmegaConf.to_container(recipe.rollout, resolve=True)
-    renderer = Agent(HFBackend(model, tokenizer, model_id=model_id), AgentConfig(**agent_kw))
+    first_prompts = Agent(HFBackend(model, tokenizer, model_id=model_id), AgentConfig(**agent_kw))
     tasks = train_tasks(recipe.data)
-    dataset, by_prompt = prompt_dataset(tasks, renderer.initial_prompt, recipe.data.seed)
+    dataset, by_prompt = prompt_dataset(tasks, first_prompts.initial_prompt, recipe.data.seed)
     hardware = OmegaConf.to_container(cfg.hardware, resolve=True) if cfg is not None and "hardware" in cfg \
         else "h100_pcie_paper"
     pte_cfg = PTEConfig(hardware=hardware, params=r.get("pte_params", "non_embedding"),
@@ -302,9 +294,9 @@ def fit(recipe: DictConfig, cfg: DictConfig | None = None) -> Path:
         report_to=list(recipe.get("report_to") or []), use_cpu=not torch.cuda.is_available(),
         gradient_checkpointing=False, dataloader_num_workers=0, disable_tqdm=False, bf16=bool(t.get("bf16", False)),
         use_vllm=bool(g.use_vllm), vllm_mode=g.get("vllm_mode", "colocate"),
-        # rollout logprobs are the engine's raw-distribution log-probs; with temperature 1 they are the
-        # sampling distribution, which TRL's importance-sampling correction needs
-        vllm_importance_sampling_correction=bool(g.use_vllm) and float(g.temperature) == 1.0,
+        # TRL's colocated engine returns processed (temperature-scaled) log-probs of the sampled tokens, which
+        # the wrapped backend passes on: what the importance-sampling correction needs
+        vllm_importance_sampling_correction=bool(g.use_vllm),
     )
     trainer = GRPOTrainer(model=model, reward_funcs=funcs, args=args, train_dataset=dataset,
                           processing_class=tokenizer, rollout_func=rollout)
@@ -323,17 +315,17 @@ def fit(recipe: DictConfig, cfg: DictConfig | None = None) -> Path:
     trainer.model.save_pretrained(str(out_dir))   # adapter_config.json + adapter_model.safetensors only
     (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=2, default=str))
     (out_dir / "train_config.yaml").write_text(OmegaConf.to_yaml(recipe, resolve=True))
-    (out_dir / "README.md").write_text(model_card(recipe, metrics, start, seconds))
+    (out_dir / "README.md").write_text(model_card(recipe, metrics, start, seconds, model_id))
     print(f"adapter={out_dir} steps={result.global_step} runtime_s={seconds:.0f} "
           f"first_batch={json.dumps(rollout.history[0]) if rollout.history else None} "
           f"last_batch={json.dumps(rollout.history[-1]) if rollout.history else None}")
     return out_dir
 
 
-def model_card(recipe: DictConfig, metrics: dict, start: str | None, seconds: float) -> str:
+def model_card(recipe: DictConfig, metrics: dict, start: str | None, seconds: float, base_model: str) -> str:
     from huggingface_hub import ModelCard, ModelCardData
 
-    data = ModelCardData(library_name="peft", base_model="HuggingFaceTB/SmolLM2-135M-Instruct",
+    data = ModelCardData(library_name="peft", base_model=base_model,
                          tags=["toolwise", "tool-use", "lora", "grpo", "trl", "pte"])
     rows = "\n".join(f"| {h['step']} | {h['accuracy']:.3f} | {h['tool_calls']:.2f} | {h['pte']:.0f} | "
                      f"{h['format_errors']:.2f} | {h['seconds']} |" for h in metrics["rollouts"])
@@ -346,7 +338,7 @@ def model_card(recipe: DictConfig, metrics: dict, start: str | None, seconds: fl
 
 # toolwise pte_grpo adapter
 
-LoRA adapter for SmolLM2-135M-Instruct tuned with TRL `GRPOTrainer` on multi-turn tool rollouts
+LoRA adapter for `{base_model}` tuned with TRL `GRPOTrainer` on multi-turn tool rollouts
 (`trainers/grpo.py`), starting from `{start}`. Reward: **{formula}** with λ = {r['lam']}, normaliser
 {metrics['pte_normaliser']:.1f} (PTE γ = {metrics['gamma']}). Train tasks only; no test task is used.
 

@@ -156,6 +156,12 @@ class Agent:
         """The first prompt of an episode on ``task`` exactly as the loop renders it (the probe reads this)."""
         return self._render(self._start(task, -1))
 
+    def renderer(self, task: Task) -> Callable[[list[dict]], str]:
+        """Renders any message list of an episode on ``task`` exactly as the loop does (the episode's tools,
+        the chat template, the generation prompt): RL rollouts rebuild each turn's prompt with it."""
+        tools = self._start(task, -1).tools
+        return lambda messages: self.backend.render(P.template_messages(messages), tools)
+
     def _render(self, ep: _Episode) -> str:
         return self.backend.render(P.template_messages(ep.messages), ep.tools)
 

@@ -74,7 +74,7 @@ def test_otc_estimates_the_optimal_count_per_task_from_correct_episodes():
 def test_episode_tokens_train_only_on_what_the_model_wrote(tiny_backend):
     from data_builders.agent.loop import Agent, AgentConfig
     from data_builders.tasks import load_tasks
-    from trainers.grpo import _renderer, episode_tokens
+    from trainers.grpo import episode_tokens
 
     task = load_tasks("builtin", split="train", n_per_cell=1, envs=["CalculatorEnv"], difficulties=["easy"])[0]
     agent = Agent(tiny_backend, AgentConfig(max_rounds=2, max_new_tokens=8, keep_token_ids=True))
@@ -91,7 +91,7 @@ def test_episode_tokens_train_only_on_what_the_model_wrote(tiny_backend):
     traj = {"task_id": task.id, "messages": msgs, "turns": [
         {"token_ids": ids_call, "raw_logprobs": [-0.5] * len(ids_call), "finish_reason": "stop", "prefill_text": ""},
         {"token_ids": ids_ans, "raw_logprobs": [-0.25] * len(ids_ans), "finish_reason": "eos", "prefill_text": ""}]}
-    seq = episode_tokens(traj, tok, _renderer(agent, task))
+    seq = episode_tokens(traj, tok, agent.renderer(task))
     assert tok.decode(seq.prompt_ids) == first
     model_text = tok.decode([t for t, m in zip(seq.completion_ids, seq.env_mask) if m])
     env_text = tok.decode([t for t, m in zip(seq.completion_ids, seq.env_mask) if not m])
@@ -99,7 +99,7 @@ def test_episode_tokens_train_only_on_what_the_model_wrote(tiny_backend):
     assert "<tool_response>" in env_text and "calculate" not in env_text
     # prompt + completion is exactly the last prompt the model saw, plus its final turn
     full = tok.decode(seq.prompt_ids + seq.completion_ids)
-    last_prompt = _renderer(agent, task)(msgs[:-1])
+    last_prompt = agent.renderer(task)(msgs[:-1])
     assert full == last_prompt + answer + tok.eos_token
     assert seq.logprobs == [-0.5] * len(ids_call) + [0.0] * (len(seq.env_mask) - sum(seq.env_mask)) + \
         [-0.25] * len(ids_ans)
@@ -109,13 +109,13 @@ def test_episode_tokens_train_only_on_what_the_model_wrote(tiny_backend):
 def test_episode_tokens_refuses_a_trajectory_without_token_ids(tiny_backend):
     from data_builders.agent.loop import Agent, AgentConfig
     from data_builders.tasks import load_tasks
-    from trainers.grpo import EpisodeTokenError, _renderer, episode_tokens
+    from trainers.grpo import EpisodeTokenError, episode_tokens
 
     task = load_tasks("builtin", split="train", n_per_cell=1, envs=["CalculatorEnv"], difficulties=["easy"])[0]
     agent = Agent(tiny_backend, AgentConfig(max_rounds=1, max_new_tokens=4))
     traj = agent.run([task])[0]
     with pytest.raises(EpisodeTokenError, match="keep_token_ids"):
-        episode_tokens(traj, tiny_backend.tokenizer, _renderer(agent, task))
+        episode_tokens(traj, tiny_backend.tokenizer, agent.renderer(task))
 
 
 # ---------------------------------------------------------------------------- smoke run

@@ -166,7 +166,7 @@ def test_wrapped_engine_gives_the_grpo_rollout_the_same_tokens_as_hf(engines):
     """recipe=pte_grpo with use_vllm wraps TRL's colocated engine (VLLMBackend.wrap); its episodes must
     turn into exactly the token sequences and loss masks the HF path produces."""
     from data_builders.backends.vllm_backend import VLLMBackend
-    from trainers.grpo import _renderer, episode_tokens
+    from trainers.grpo import episode_tokens
 
     hf, vl = engines
     wrapped = VLLMBackend.wrap(vl.llm, vl.tokenizer, model_id=vl.model_id)
@@ -177,7 +177,7 @@ def test_wrapped_engine_gives_the_grpo_rollout_the_same_tokens_as_hf(engines):
     for name, backend in (("hf", hf), ("vllm", wrapped)):
         agent = Agent(backend, cfg)
         trajs = agent.run(tasks)
-        seqs[name] = [episode_tokens(t, backend.tokenizer, _renderer(agent, task)) for t, task in zip(trajs, tasks)]
+        seqs[name] = [episode_tokens(t, backend.tokenizer, agent.renderer(task)) for t, task in zip(trajs, tasks)]
     for x, y in zip(seqs["hf"], seqs["vllm"], strict=True):
         assert (y.prompt_ids, y.completion_ids, y.env_mask) == (x.prompt_ids, x.completion_ids, x.env_mask)
     assert any(0 in s.env_mask for s in seqs["vllm"])      # at least one multi-turn episode with tool output
