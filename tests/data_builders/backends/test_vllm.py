@@ -169,7 +169,7 @@ def test_wrapped_engine_gives_the_grpo_rollout_the_same_tokens_as_hf(engines):
     from trainers.grpo import episode_tokens
 
     hf, vl = engines
-    wrapped = VLLMBackend.wrap(vl.llm, vl.tokenizer, model_id=vl.model_id)
+    wrapped = VLLMBackend.wrap(vl.llm, vl.tokenizer, model_id=vl.model_id, adapter=vl.adapter)
     assert wrapped.fingerprint == vl.fingerprint
     tasks = load_tasks("builtin", split="test", limit=4)
     cfg = AgentConfig(mode="default", max_rounds=3, max_new_tokens=96, keep_token_ids=True)
