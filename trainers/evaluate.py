@@ -244,26 +244,65 @@ def curve_area(points: list[tuple[float, float]], x_max: float) -> float | None:
 
 
 # ---------------------------------------------------------------------------- run
+@dataclass
+class PolicyRun:
+    """What every report command (this one, ``trainers.factorized``) sets up the same way: the policy on its
+    engine, one decoding, PTE's γ and the trajectory cache keyed by policy and decoding."""
+
+    backend: Any
+    agent_kw: dict
+    pte_cfg: Any
+    gamma: float
+    decoding: dict
+    cache: TrajectoryCache
+
+    @classmethod
+    def from_config(cls, cfg: DictConfig) -> "PolicyRun":
+        from data_builders.backends.loading import backend_from_config
+
+        from .pte import PTEConfig
+
+        backend = backend_from_config(cfg.model, cfg.get("backend"))
+        agent_kw = OmegaConf.to_container(cfg.agent, resolve=True)
+        pte_cfg = PTEConfig(hardware=OmegaConf.to_container(cfg.hardware, resolve=True), params=cfg.pte.params,
+                            cache_reuse=cfg.pte.cache_reuse, gamma=cfg.pte.get("gamma"))
+        decoding = {**agent_kw, "split": cfg.split}
+        return cls(backend, agent_kw, pte_cfg, pte_cfg.gamma_for(backend), decoding,
+                   TrajectoryCache(cfg.cache_dir, backend.fingerprint, decoding))
+
+    def provenance(self, cfg: DictConfig) -> dict:
+        """results.json's record of what was run: tasks, split, policy, engine, decoding and PTE pricing."""
+        return {"task_source": OmegaConf.to_container(cfg.tasks, resolve=True), "split": cfg.split,
+                "policy": self.backend.fingerprint, "backend": getattr(self.backend, "name", type(self.backend).__name__),
+                "decoding": self.decoding, "gamma": self.gamma, "hardware": self.pte_cfg.profile.name,
+                "pte": OmegaConf.to_container(cfg.pte)}
+
+    def cache_stats(self) -> dict:
+        return {"dir": str(self.cache.root), "hits": self.cache.hits, "misses": self.cache.misses}
+
+
+def save_results(results: dict, out_dir: Path, write_report: Callable[[dict, Path], list[Path]]) -> list[Path]:
+    """``results.json`` and the command's report (markdown + plots) in ``out_dir``; returns the files written."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "results.json").write_text(json.dumps(results, indent=2, default=str))
+    return write_report(results, out_dir)
+
+
 def run(cfg: DictConfig) -> dict:
     from data_builders.agent.loop import Agent, AgentConfig
     from data_builders.backends.loading import backend_from_config
     from data_builders.tasks import tasks_from_config
 
     from .patterns import count_patterns
-    from .pte import PTEConfig
     from .report import write_report
 
     out_dir = Path(cfg.out_dir)
     tasks = tasks_from_config(cfg)
-    backend = backend_from_config(cfg.model, cfg.get("backend"))
-    agent_kw = OmegaConf.to_container(cfg.agent, resolve=True)
+    ctx = PolicyRun.from_config(cfg)
+    backend, agent_kw, pte_cfg, gamma, decoding, cache = (ctx.backend, ctx.agent_kw, ctx.pte_cfg, ctx.gamma,
+                                                          ctx.decoding, ctx.cache)
     call_format = Agent(backend, AgentConfig(**agent_kw)).call_format
     arms, loaded = build_arms(cfg, backend.fingerprint, call_format)
-    pte_cfg = PTEConfig(hardware=OmegaConf.to_container(cfg.hardware, resolve=True), params=cfg.pte.params,
-                        cache_reuse=cfg.pte.cache_reuse, gamma=cfg.pte.get("gamma"))
-    gamma = pte_cfg.gamma_for(backend)
-    decoding = {**agent_kw, "split": cfg.split}
-    cache = TrajectoryCache(cfg.cache_dir, backend.fingerprint, decoding)
     backends = {"policy": backend}
 
     start = time.perf_counter()
@@ -303,15 +342,10 @@ def run(cfg: DictConfig) -> dict:
               for f, names in families.items()}
     controllers = {k: {"checkpoint": str(c.path), "tau": c.controller.tau, "temperature": c.controller.temperature,
                        "test_auroc": _ckpt_metric(c.path)} for k, c in loaded.items()}
-    results = {"tasks": len(tasks), "task_source": OmegaConf.to_container(cfg.tasks, resolve=True),
-               "split": cfg.split, "policy": backend.fingerprint, "backend": getattr(backend, "name", type(backend).__name__), "decoding": decoding,
-               "gamma": gamma, "hardware": pte_cfg.profile.name, "pte": OmegaConf.to_container(cfg.pte),
+    results = {"tasks": len(tasks), **ctx.provenance(cfg),
                "reference": reference, "arms": metrics, "deltas": deltas(metrics, reference), "curves": curves,
-               "controllers": controllers, "timing": timing, "wall_s": round(wall, 2),
-               "cache": {"dir": str(cache.root), "hits": cache.hits, "misses": cache.misses}}
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "results.json").write_text(json.dumps(results, indent=2, default=str))
-    files = write_report(results, out_dir)
+               "controllers": controllers, "timing": timing, "wall_s": round(wall, 2), "cache": ctx.cache_stats()}
+    files = save_results(results, out_dir, write_report)
     _log_wandb(cfg, results, files)
     print((out_dir / "report.md").read_text().split("\n## ", 2)[1][:4000])
     print(f"results: {out_dir / 'results.json'}  report: {out_dir / 'report.md'}")

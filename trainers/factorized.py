@@ -33,7 +33,6 @@ without a key).
 """
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -45,7 +44,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from recipes import CONFIG_DIR
 
-from .evaluate import Arm, arm_metrics, run_arm
+from .evaluate import Arm, PolicyRun, arm_metrics, run_arm, save_results
 
 NONE = "none"          # the label of the distractor-free setting
 POOLED = "pooled"
@@ -149,16 +148,18 @@ def bootstrap_accuracies(correct: dict[str, np.ndarray], clusters: Sequence | No
 
 
 def contrasts(correct: dict[str, np.ndarray], clusters: Sequence | None = None, replicates: int = 2000, seed: int = 0,
-              level: float = 0.95) -> dict[str, dict]:
+              level: float = 0.95, reps: dict[str, np.ndarray] | None = None) -> dict[str, dict]:
     """Every contrast whose conditions are present: point value, difference in correct tasks (an integer, so the
-    decomposition identity holds exactly) and the percentile bootstrap CI."""
+    decomposition identity holds exactly) and the percentile bootstrap CI. ``reps``: bootstrap accuracies
+    already drawn with these arguments (:func:`bootstrap_accuracies`), reused instead of drawn again."""
     present = {name: (w, text) for name, (w, text) in CONTRASTS.items() if set(w) <= set(correct)}
     if not present or not len(next(iter(correct.values()))):
         return {}
     n = len(next(iter(correct.values())))
     counts = {c: int(np.sum(v)) for c, v in correct.items()}
-    reps = bootstrap_accuracies({c: correct[c] for c in {c for w, _ in present.values() for c in w}},
-                                clusters, replicates, seed)
+    if reps is None:
+        reps = bootstrap_accuracies({c: correct[c] for c in {c for w, _ in present.values() for c in w}},
+                                    clusters, replicates, seed)
     q = 100 * (1 - level) / 2
     out = {}
     for name, (w, text) in present.items():
@@ -199,9 +200,11 @@ def summarize_setting(by_cond: dict[str, list[dict]], gamma: float, pte_cfg, boo
             raise ValueError(f"condition {name!r} ran other tasks (or another order) than the first condition")
         ids = these
     correct = {name: np.array([bool(t["correct"]) for t in trajs]) for name, trajs in by_cond.items()}
-    con = contrasts(correct, clusters, boot.get("replicates", 2000), boot.get("seed", 0), boot.get("level", 0.95))
+    # one resample for the conditions' CIs and the contrasts' (each condition's draw depends only on the units)
     reps = bootstrap_accuracies(correct, clusters, boot.get("replicates", 2000), boot.get("seed", 0)) \
         if ids else {}
+    con = contrasts(correct, clusters, boot.get("replicates", 2000), boot.get("seed", 0), boot.get("level", 0.95),
+                    reps=reps or None)
     q = 100 * (1 - boot.get("level", 0.95)) / 2
     metrics = {}
     for name, trajs in by_cond.items():
@@ -242,11 +245,6 @@ def load_setting(cfg: DictConfig, distractor: str | None) -> list:
 
 # ---------------------------------------------------------------------------- run
 def run(cfg: DictConfig) -> dict:
-    from data_builders.backends.loading import backend_from_config
-
-    from .eval_cache import TrajectoryCache
-    from .pte import PTEConfig
-
     conditions = list(cfg.conditions)
     for name in conditions:
         if name not in CONDITIONS:
@@ -261,13 +259,8 @@ def run(cfg: DictConfig) -> dict:
     arms = [make_arm(name, cfg.tool_mode) for name in conditions]
 
     out_dir = Path(cfg.out_dir)
-    backend = backend_from_config(cfg.model, cfg.get("backend"))
-    agent_kw = OmegaConf.to_container(cfg.agent, resolve=True)
-    pte_cfg = PTEConfig(hardware=OmegaConf.to_container(cfg.hardware, resolve=True), params=cfg.pte.params,
-                        cache_reuse=cfg.pte.cache_reuse, gamma=cfg.pte.get("gamma"))
-    gamma = pte_cfg.gamma_for(backend)
-    decoding = {**agent_kw, "split": cfg.split}
-    cache = TrajectoryCache(cfg.cache_dir, backend.fingerprint, decoding)
+    ctx = PolicyRun.from_config(cfg)
+    backend, agent_kw, pte_cfg, gamma, cache = ctx.backend, ctx.agent_kw, ctx.pte_cfg, ctx.gamma, ctx.cache
     boot = OmegaConf.to_container(cfg.bootstrap, resolve=True)
 
     start = time.perf_counter()
@@ -292,15 +285,9 @@ def run(cfg: DictConfig) -> dict:
                     for t in by_setting[label][conditions[0]]] if conditions else None
         settings[POOLED] = summarize_setting(pooled, gamma, pte_cfg, boot, clusters)
     results = {"conditions": {n: CONDITIONS[n].description for n in conditions}, "distractors": labels,
-               "tool_mode": cfg.tool_mode, "split": cfg.split, "limit": cfg.get("limit"),
-               "task_source": OmegaConf.to_container(cfg.tasks, resolve=True), "policy": backend.fingerprint,
-               "backend": getattr(backend, "name", type(backend).__name__), "decoding": decoding, "gamma": gamma,
-               "hardware": pte_cfg.profile.name, "pte": OmegaConf.to_container(cfg.pte), "bootstrap": boot,
-               "settings": settings, "timing": timing, "wall_s": round(wall, 2),
-               "cache": {"dir": str(cache.root), "hits": cache.hits, "misses": cache.misses}}
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "results.json").write_text(json.dumps(results, indent=2, default=str))
-    files = write_report(results, out_dir)
+               "tool_mode": cfg.tool_mode, "limit": cfg.get("limit"), **ctx.provenance(cfg), "bootstrap": boot,
+               "settings": settings, "timing": timing, "wall_s": round(wall, 2), "cache": ctx.cache_stats()}
+    files = save_results(results, out_dir, write_report)
     _log_wandb(cfg, results, files)
     print(decomposition_table(results))
     print(f"results: {out_dir / 'results.json'}  report: {out_dir / 'report.md'}")
