@@ -24,7 +24,7 @@ paper's full-eviction assumption behind PTE's ``D_prefill_i = prefill_tokens``. 
 episode's cache between turns (the rollout default); then the cache-reuse PTE (``new_tokens``) is the
 matching definition. Both PTE variants are always reported.
 
-Per trajectory: PTE with γ for the policy on ``--hardware`` (a profile of ``trainers/hardware.py``, default
+Per trajectory: PTE with γ for the policy on ``--hardware`` (a profile of ``data_builders/metrics/hardware.py``, default
 the paper's H100 PCIe), raw tokens = Σ prefill_tokens + Σ decode_tokens, decode tokens alone, prefill tokens
 alone; then a table of n and means and the Pearson r (and Spearman ρ) of each against latency.
 
@@ -68,8 +68,8 @@ from data_builders.agent.loop import Agent, AgentConfig
 from data_builders.backends.loading import backend_from_config
 from data_builders.tasks import load_tasks
 from recipes import compose
-from trainers.hardware import DEFAULT_HARDWARE, PROFILES
-from trainers.pte import PTEConfig, config_of, gamma_from_config, trajectory_pte
+from data_builders.metrics.hardware import DEFAULT_HARDWARE, PROFILES
+from data_builders.metrics.pte import PTEConfig, config_of, gamma_from_config, trajectory_pte
 
 
 # ---------------------------------------------------------------------------------------------------- HOI
@@ -110,7 +110,7 @@ def main() -> None:
     ap.add_argument("--max-rounds", type=int, default=4)
     ap.add_argument("--max-new-tokens", type=int, default=192)
     ap.add_argument("--hardware", default=DEFAULT_HARDWARE, choices=sorted(PROFILES),
-                    help="hardware profile for PTE's γ (trainers/hardware.py)")
+                    help="hardware profile for PTE's γ (data_builders/metrics/hardware.py)")
     ap.add_argument("--reuse-kv", action="store_true",
                     help="keep each episode's KV cache between turns (default: re-prefill, as PTE assumes)")
     ap.add_argument("--no-machine-gamma", action="store_true", help="skip the CPU HOI measurement")

@@ -1,13 +1,17 @@
 """``python -m trainers.fit recipe=<name>``: one entry point for every trainer.
 
-Each recipe is a YAML file in ``recipes/recipe/`` whose ``name`` selects a ``fit(cfg)`` function from
-``RECIPES``. Runs are tracked by the ``logger`` group: W&B, online when a key is configured and offline
+Each recipe is a YAML file in ``recipes/recipe/`` whose ``name`` selects a ``fit(recipe, cfg, run)`` function
+from ``RECIPES``. Runs are tracked by the ``logger`` group: W&B, online when a key is configured and offline
 otherwise, so a run never blocks on a login prompt.
+
+``main`` returns the run's validation objective (``Fitted.objective``), so Hydra sweepers (basic, Optuna) and
+W&B agents rank runs directly, without scraping logs.
 """
 from __future__ import annotations
 
 import importlib
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import hydra
@@ -16,18 +20,41 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from recipes import CONFIG_DIR
-
-from .tracking import setup_wandb_env
+from trainers.tracking import setup_wandb_env
 
 # recipe name -> "module:function"; imported lazily so one recipe's heavy dependencies never load for another.
-# Each function takes (recipe, cfg): the recipe node and the whole composed config.
 RECIPES = {
-    "tool_sft": "trainers.sft:fit",
-    "probe_prefill": "trainers.controller_fit:fit",
-    "toolgate": "trainers.controller_fit:fit",
-    "g_step": "trainers.controller_fit:fit",
-    "pte_grpo": "trainers.grpo:fit",
+    "tool_sft": "trainers.policy.sft:fit",
+    "probe_prefill": "trainers.controller.fit:fit",
+    "toolgate": "trainers.controller.fit:fit",
+    "g_step": "trainers.controller.fit:fit",
+    "pte_grpo": "trainers.policy.grpo:fit",
 }
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """Run state a recipe needs and the config does not hold (the config stays what the user composed)."""
+
+    dir: Path                              # Hydra's job directory: logs, trainer state, recipe.yaml
+    command: str                           # the command line that reproduces the run (model cards)
+    report_to: tuple[str, ...] = ()        # TRL's report_to: ("wandb",) when the logger is W&B
+    multirun: bool = False                 # a sweep job: exports stay in its job directory
+
+    def export_dir(self, configured: str | Path) -> Path:
+        """Where the run exports: the recipe's directory, or the job's own one inside a sweep (sweep
+        candidates are not releases)."""
+        return self.dir / "export" if self.multirun else Path(configured)
+
+
+@dataclass
+class Fitted:
+    """What a recipe returns: where it exported, and the validation objective a sweeper ranks runs by."""
+
+    export_dir: Path
+    objective: float                       # higher is better unless ``objective_name`` says loss
+    objective_name: str
+    metrics: dict = field(default_factory=dict)
 
 
 def resolve(name: str):
@@ -38,18 +65,17 @@ def resolve(name: str):
 
 
 @hydra.main(config_path=CONFIG_DIR, config_name="fit", version_base="1.3")
-def main(cfg: DictConfig) -> None:
-    run_dir = Path(HydraConfig.get().runtime.output_dir)
-    setup_wandb_env(cfg, run_dir)
-    recipe = cfg.recipe
-    OmegaConf.set_struct(recipe, False)
-    recipe.report_to = ["wandb"] if cfg.logger.name == "wandb" else []   # TRL recipes
-    recipe.run_dir = str(run_dir)
-    recipe.command = "python -m trainers.fit " + " ".join(HydraConfig.get().overrides.task)
-    if HydraConfig.get().mode == RunMode.MULTIRUN and "export_dir" in recipe:
-        recipe.export_dir = str(run_dir / "controller")   # sweep candidates stay with their job (trainers/sweep.py)
-    (run_dir / "recipe.yaml").write_text(OmegaConf.to_yaml(recipe, resolve=True))
-    resolve(recipe.name)(recipe, cfg)
+def main(cfg: DictConfig) -> float:
+    hc = HydraConfig.get()
+    run = RunInfo(dir=Path(hc.runtime.output_dir),
+                  command="python -m trainers.fit " + " ".join(hc.overrides.task),
+                  report_to=("wandb",) if cfg.logger.name == "wandb" else (),
+                  multirun=hc.mode == RunMode.MULTIRUN)
+    setup_wandb_env(cfg, run.dir)
+    (run.dir / "recipe.yaml").write_text(OmegaConf.to_yaml(cfg.recipe, resolve=True))
+    fitted: Fitted = resolve(cfg.recipe.name)(cfg.recipe, cfg, run)
+    print(f"objective {fitted.objective_name}={fitted.objective:.6g}")
+    return fitted.objective
 
 
 if __name__ == "__main__":

@@ -88,7 +88,7 @@ class VLLMBackend(ChatText, Backend):
     @classmethod
     def wrap(cls, llm, tokenizer, *, model_id: str, adapter: str | None = None) -> "VLLMBackend":
         """A backend on an engine someone else owns, e.g. TRL's colocated vLLM whose weights the GRPO
-        trainer syncs before each rollout (``trainers/grpo.py``)."""
+        trainer syncs before each rollout (``trainers/policy/grpo.py``)."""
         self = cls.__new__(cls)
         self.llm, self._vllm = llm, import_vllm()
         self.tokenizer, self.model_id, self.adapter = tokenizer, model_id, adapter

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..environments import make_environment
-from ..scoring import compare_values
+from ..metrics.scoring import compare_values
 from ..tasks.schema import Task
 
 CallFn = Callable[[str, dict], dict]

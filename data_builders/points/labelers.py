@@ -31,7 +31,7 @@ from ..agent.hooks import Hooks
 from ..agent.loop import Agent, AgentConfig
 from ..backends.base import SamplingParams
 from ..environments import make_environment
-from ..scoring import is_correct
+from ..metrics.scoring import is_correct
 from ..tasks.schema import Task
 
 FORCED_ANSWER_PREFILL = "\\boxed{"

@@ -19,7 +19,7 @@ a copy of its train file is ``../shared/data/gsm8k/train.jsonl``). Per line:
   id names its line even when blank lines are skipped;
 * expected: besides ``answer``, ``calculations`` (the solution's annotations as
   ``[{"expression", "value"}, ...]``) and ``evidence`` (the original question, without any distractor),
-  which the factorized framework's oracle conditions read (``trainers/factorized.py``). Not ``steps``:
+  which the factorized framework's oracle conditions read (``trainers/evaluate/factorized.py``). Not ``steps``:
   that key sets ``Task.expected_steps`` and with it the tool-call-rate metric.
 
 Errors name the file, the 1-based line number (as ``record``) and the field.

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from data_builders.scoring import compare_values, extract_boxed, is_correct, token_cost
+from data_builders.metrics.scoring import compare_values, extract_boxed, is_correct, token_cost
 
 
 # ---------------------------------------------------------------- SPEC §8 scorer tests

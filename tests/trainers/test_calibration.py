@@ -1,11 +1,11 @@
-"""trainers.calibration: temperature scaling on val logits, and the three rules that pick τ."""
+"""trainers.controller.calibration: temperature scaling on val logits, and the three rules that pick τ."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import torch
 
-from trainers.calibration import TAU_METHODS, choose_tau, fit_temperature
+from trainers.controller.calibration import TAU_METHODS, choose_tau, fit_temperature
 
 
 def missed_share(probs, labels, tau) -> float:

@@ -1,5 +1,5 @@
 """recipe=probe_prefill|toolgate|g_step end to end on synthetic decision-point datasets (no policy model):
-fit → calibrate → export → ``controllers.load``, plus the dataset resolution of ``trainers.points``.
+fit → calibrate → export → ``controllers.load``, plus the dataset resolution of ``trainers.controller.points``.
 
 Each dataset is written with the real ``PointStore`` in the layout ``data_builders.build`` produces, with a
 learnable signal in a few feature dimensions, so a working trainer must reach a high test AUROC.
@@ -23,7 +23,7 @@ import recipes
 from data_builders.features import FEATURIZERS
 from data_builders.points.labelers import label_rule
 from data_builders.points.store import ManifestMismatch, PointStore, load_points
-from trainers.metrics import binary_metrics
+from trainers.controller.metrics import binary_metrics
 
 BACKEND = "synthetic-policy@0123abcd"
 KIND = {"g_step": "commit", "toolgate": "flip", "probe_prefill": "probe"}
@@ -100,7 +100,7 @@ def probe_dataset(root: Path, cfg) -> Path:
     from data_builders.build import split_of
     from data_builders.points.store import task_hash
     from data_builders.tasks import tasks_from_config
-    from trainers.points import build_config
+    from trainers.controller.points import build_config
 
     build = build_config(cfg)
     tasks = [t for s in build.splits for t in tasks_from_config(build, s)]
@@ -127,7 +127,7 @@ def fit_cfg(recipe: str, points_dir: Path, tmp: Path, *overrides: str, logger: s
 
 
 def run_fit(cfg) -> Path:
-    from trainers.controller_fit import fit
+    from trainers.controller.fit import fit
 
     return fit(cfg.recipe, cfg)
 
@@ -236,7 +236,7 @@ def test_calibration_follows_the_recipe(fitted):
     elif rc.tau_method == "max_acc_loss":                     # toolgate: missed positives on val within budget
         assert metrics["splits"]["val"]["all"]["missed"] <= rc.tau_value + 1e-12
     # T and τ are those of the validation split: recomputed from the exported controller's raw val logits
-    from trainers.calibration import choose_tau, fit_temperature
+    from trainers.controller.calibration import choose_tau, fit_temperature
 
     c = controllers.load(out).eval()
     val = load_points(data).split("val")
@@ -278,9 +278,9 @@ def test_bag_of_words_reads_the_instructions_of_the_datasets_own_tasks(tmp_path)
     """A points.dir dataset built with other task settings than this fit's config (here: 90 tasks per split,
     the recipe says 48; the README builds with tasks=when2tool) still gets its own instructions: the baseline
     reads the task source recorded in the manifest, not the fit run's tasks group."""
-    from trainers.baselines import bag_of_words
-    from trainers.controller_fit import split_tensors
-    from trainers.points import build_config
+    from trainers.controller.baselines import bag_of_words
+    from trainers.controller.fit import split_tensors
+    from trainers.controller.points import build_config
 
     data = tmp_path / "points"
     probe_dataset(data, fit_cfg("probe_prefill", data, tmp_path, "recipe.points.build.limit=90"))
@@ -320,7 +320,7 @@ def test_points_of_another_featurizer_are_refused(tmp_path):
         run_fit(fit_cfg("g_step", flip, tmp_path))
 
 
-# ------------------------------------------------------------------------------------------- trainers.points
+# ------------------------------------------------------------------------------------------- trainers.controller.points
 @pytest.fixture
 def fake_build(monkeypatch):
     """data_builders.build.run replaced by a writer of a small synthetic dataset; records its calls."""
@@ -342,7 +342,7 @@ def points_cfg(tmp_path, *overrides):
 
 
 def test_decision_points_builds_once_then_reuses(tmp_path, fake_build):
-    from trainers.points import build_config, decision_points
+    from trainers.controller.points import build_config, decision_points
 
     cfg = points_cfg(tmp_path)
     points, build = decision_points(cfg)
@@ -371,7 +371,7 @@ def test_decision_points_builds_once_then_reuses(tmp_path, fake_build):
 
 
 def test_decision_points_resumes_an_incomplete_build(tmp_path, fake_build):
-    from trainers.points import build_config, decision_points
+    from trainers.controller.points import build_config, decision_points
 
     cfg = points_cfg(tmp_path)
     out = Path(build_config(cfg).out_dir)
@@ -381,7 +381,7 @@ def test_decision_points_resumes_an_incomplete_build(tmp_path, fake_build):
 
 
 def test_points_dir_is_used_as_is(tmp_path, fake_build):
-    from trainers.points import decision_points
+    from trainers.controller.points import decision_points
 
     data = synthetic_dataset(tmp_path / "mine", "commit", n=40)
     points, build = decision_points(fit_cfg("g_step", data, tmp_path))

@@ -1,4 +1,4 @@
-"""Seed paper 000's Factorized Intervention Framework (trainers/factorized.py): the task views, the contrasts
+"""Seed paper 000's Factorized Intervention Framework (trainers/evaluate/factorized.py): the task views, the contrasts
 with their paired bootstrap CIs and the exact decomposition identity, the recipe, and an end-to-end run on a
 scripted policy whose accuracy in every condition is known, served from the cache on the rerun."""
 from __future__ import annotations
@@ -16,8 +16,8 @@ from recipes import compose
 from tests.data_builders.agent.test_loop import CALL, ScriptedBackend
 from tests.data_builders.tasks.test_gsm8k import BETTY, NATALIA, SIMPLE
 from trainers import factorized as F
-from trainers.evaluate import Arm
-from trainers.pte import PTEConfig
+from trainers.evaluate.run import Arm
+from data_builders.metrics.pte import PTEConfig
 
 GOLD = {"Natalia": "72", "Betty": "5"}
 CLEAN = {"Natalia": NATALIA["question"], "Betty": BETTY["question"]}

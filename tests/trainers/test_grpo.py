@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 from safetensors.torch import load_file
 
 from recipes import CONFIG_DIR
-from trainers.rewards import correctness, otc, otc_tool_score, pte_cost, reward_setup, total_reward
+from trainers.policy.rewards import correctness, otc, otc_tool_score, pte_cost, reward_setup, total_reward
 
 
 # ---------------------------------------------------------------------------- rewards
@@ -74,7 +74,7 @@ def test_otc_estimates_the_optimal_count_per_task_from_correct_episodes():
 def test_episode_tokens_train_only_on_what_the_model_wrote(tiny_backend):
     from data_builders.agent.loop import Agent, AgentConfig
     from data_builders.tasks import load_tasks
-    from trainers.grpo import episode_tokens
+    from trainers.policy.grpo import episode_tokens
 
     task = load_tasks("builtin", split="train", n_per_cell=1, envs=["CalculatorEnv"], difficulties=["easy"])[0]
     agent = Agent(tiny_backend, AgentConfig(max_rounds=2, max_new_tokens=8, keep_token_ids=True))
@@ -109,7 +109,7 @@ def test_episode_tokens_train_only_on_what_the_model_wrote(tiny_backend):
 def test_episode_tokens_refuses_a_trajectory_without_token_ids(tiny_backend):
     from data_builders.agent.loop import Agent, AgentConfig
     from data_builders.tasks import load_tasks
-    from trainers.grpo import EpisodeTokenError, episode_tokens
+    from trainers.policy.grpo import EpisodeTokenError, episode_tokens
 
     task = load_tasks("builtin", split="train", n_per_cell=1, envs=["CalculatorEnv"], difficulties=["easy"])[0]
     agent = Agent(tiny_backend, AgentConfig(max_rounds=1, max_new_tokens=4))
@@ -135,7 +135,7 @@ def recipe_cfg(tmp_path, model_dir, *overrides):
 
 
 def test_grpo_smoke_run_changes_the_lora_and_varies_rewards_within_groups(tiny_model_dir, tmp_path):
-    from trainers.grpo import fit
+    from trainers.policy.grpo import fit
 
     cfg = recipe_cfg(tmp_path, tiny_model_dir, "recipe.train.max_steps=2")
     out = fit(cfg.recipe, cfg)
@@ -156,7 +156,7 @@ def test_grpo_smoke_run_changes_the_lora_and_varies_rewards_within_groups(tiny_m
 def test_the_recipe_is_registered_and_composes_with_otc():
     from trainers.fit import RECIPES
 
-    assert RECIPES["pte_grpo"] == "trainers.grpo:fit"
+    assert RECIPES["pte_grpo"] == "trainers.policy.grpo:fit"
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         cfg = compose("fit", overrides=["recipe=pte_grpo", "recipe.reward.kind=otc", "recipe.reward.lam=0"])
     funcs, weights = reward_setup(cfg.recipe.reward.kind, cfg.recipe.reward.lam)

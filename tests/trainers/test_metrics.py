@@ -1,11 +1,11 @@
-"""trainers.metrics: binary metrics of a split, per group, and the printed table."""
+"""trainers.controller.metrics: binary metrics of a split, per group, and the printed table."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score
 
-from trainers.metrics import binary_metrics, fmt, grouped_metrics, metrics_table
+from trainers.controller.metrics import binary_metrics, fmt, grouped_metrics, metrics_table
 
 PROBS = [0.92, 0.23, 0.64, 0.45, 0.81, 0.12]
 LABELS = [1, 0, 0, 1, 1, 0]

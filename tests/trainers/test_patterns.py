@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from trainers.patterns import PATTERN_NAMES, PATTERNS, PatternFieldError, count_patterns, detect
+from data_builders.metrics.patterns import PATTERN_NAMES, PATTERNS, PatternFieldError, count_patterns, detect
 
 CALL = '<tool_call>\n{{"name": "{name}", "arguments": {args}}}\n</tool_call>'
 

@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 
 import recipes
 from trainers import hardware, pte
-from trainers.pte import (TrajectoryFieldError, gamma, gamma_for_backend, gamma_from_config, param_count,
+from data_builders.metrics.pte import (TrajectoryFieldError, gamma, gamma_for_backend, gamma_from_config, param_count,
                           trajectory_pte)
 
 # Published config.json values (Hugging Face hub, meta-llama/Llama-3.1-8B-Instruct, Qwen/Qwen2.5-7B-Instruct,

@@ -38,11 +38,11 @@ def test_recipe_composes_and_names_its_trainer(name):
     first = (RECIPE_DIR / f"{name}.yaml").read_text().splitlines()[0]
     assert first.startswith("#") and f"python -m trainers.fit recipe={name}" in first
     if "controller" in recipe:                     # the controller recipes
-        assert fit_entry.RECIPES[name] == "trainers.controller_fit:fit"
+        assert fit_entry.RECIPES[name] == "trainers.controller.fit:fit"
         assert recipe.controller.type in controllers.REGISTRY
         assert recipe.points.kind in FEATURIZERS
         assert recipe.train.optimizer in ("lbfgs", "adamw")
-        from trainers.calibration import TAU_METHODS
+        from trainers.controller.calibration import TAU_METHODS
 
         assert recipe.calibration.tau_method in TAU_METHODS
         # the controller's own keys are its class's constructor arguments

@@ -26,7 +26,7 @@ def recipe_cfg(tmp_path, model_dir, *overrides):
 def test_masks_cover_assistant_turns_only(tiny_model_dir, tmp_path):
     from transformers import AutoTokenizer
 
-    from trainers.sft import build_data
+    from trainers.policy.sft import build_data
 
     tok = AutoTokenizer.from_pretrained(str(tiny_model_dir))
     data = build_data(recipe_cfg(tmp_path, tiny_model_dir), tok)
@@ -43,7 +43,7 @@ def test_masks_cover_assistant_turns_only(tiny_model_dir, tmp_path):
 
 
 def test_a_few_steps_change_the_adapter_and_write_a_model_card(tiny_model_dir, tmp_path):
-    from trainers.sft import fit
+    from trainers.policy.sft import fit
 
     cfg = recipe_cfg(tmp_path, tiny_model_dir, "recipe.train.max_steps=3", "recipe.train.grad_accum=1",
                      "recipe.train.eval_steps=2")
@@ -59,7 +59,7 @@ def test_a_few_steps_change_the_adapter_and_write_a_model_card(tiny_model_dir, t
 
 def test_loading_the_adapter_gives_a_different_policy(tiny_model_dir, tmp_path):
     from data_builders.backends.loading import load_backend
-    from trainers.sft import fit
+    from trainers.policy.sft import fit
 
     out = fit(recipe_cfg(tmp_path, tiny_model_dir, "recipe.train.max_steps=2", "recipe.train.grad_accum=1",
                          "recipe.train.lr=0.05", "recipe.data.val_fraction=0"))

@@ -166,7 +166,7 @@ def test_wrapped_engine_gives_the_grpo_rollout_the_same_tokens_as_hf(engines):
     """recipe=pte_grpo with use_vllm wraps TRL's colocated engine (VLLMBackend.wrap); its episodes must
     turn into exactly the token sequences and loss masks the HF path produces."""
     from data_builders.backends.vllm_backend import VLLMBackend
-    from trainers.grpo import episode_tokens
+    from trainers.policy.grpo import episode_tokens
 
     hf, vl = engines
     wrapped = VLLMBackend.wrap(vl.llm, vl.tokenizer, model_id=vl.model_id, adapter=vl.adapter)

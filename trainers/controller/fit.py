@@ -21,12 +21,12 @@ from controllers import REGISTRY, Controller, make_contract
 from data_builders.features import FEATURIZERS
 from data_builders.points.store import PointSet
 
-from .calibration import choose_tau, fit_temperature
-from .lit import ControllerModule, TensorDataModule, balanced_weights
-from .tracking import finish, is_wandb, log_artifact, make_logger
-from .metrics import grouped_metrics, metrics_table
-from .model_card import controller_card
-from .points import decision_points
+from trainers.controller.calibration import choose_tau, fit_temperature
+from trainers.controller.module import ControllerModule, TensorDataModule, balanced_weights
+from trainers.tracking import finish, is_wandb, log_artifact, make_logger
+from trainers.controller.metrics import grouped_metrics, metrics_table
+from trainers.controller.card import controller_card
+from trainers.controller.points import decision_points
 
 SPLITS = ("train", "val", "test")
 
@@ -115,7 +115,7 @@ def fit(recipe: DictConfig, cfg: DictConfig) -> Path:
                "points": {s: int(len(v[1])) for s, v in splits.items()}, "dataset": str(Path(build.out_dir))}
 
     if recipe.get("baselines"):
-        from .baselines import probe_baselines
+        from trainers.controller.baselines import probe_baselines
 
         metrics["baselines"] = probe_baselines(recipe, cfg, points, splits, build)
 

@@ -1,7 +1,7 @@
-"""``python -m trainers.factorized``: seed paper 000's Factorized Intervention Framework on GSM8K.
+"""``python -m trainers.evaluate.factorized``: seed paper 000's Factorized Intervention Framework on GSM8K.
 
 Why can tool use lose to native chain-of-thought on math word problems with semantic distractors? Every
-condition below is an evaluator arm (:class:`trainers.evaluate.Arm`, run by :func:`trainers.evaluate.run_arm`
+condition below is an evaluator arm (:class:`trainers.evaluate.run.Arm`, run by :func:`trainers.evaluate.run.run_arm`
 with the shared trajectory cache) on the same tasks, once per distractor setting, and each differs from its
 neighbour in one named intervention:
 
@@ -44,7 +44,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from recipes import CONFIG_DIR
 
-from .evaluate import Arm, PolicyRun, arm_metrics, run_arm, save_results
+from trainers.evaluate.run import Arm, PolicyRun, arm_metrics, run_arm, save_results
 
 NONE = "none"          # the label of the distractor-free setting
 POOLED = "pooled"
@@ -232,7 +232,7 @@ def load_setting(cfg: DictConfig, distractor: str | None) -> list:
     options = OmegaConf.to_container(cfg.tasks, resolve=True)
     source = options.pop("source")
     if source != "gsm8k":
-        raise ValueError(f"trainers.factorized runs on the gsm8k task source (tasks=gsm8k), not {source!r}")
+        raise ValueError(f"trainers.evaluate.factorized runs on the gsm8k task source (tasks=gsm8k), not {source!r}")
     path = options.get("path")
     if not path:
         raise ValueError("no GSM8K file: pass tasks.path=<file.jsonl>, e.g. tasks.path=../shared/data/gsm8k/train.jsonl")
@@ -431,7 +431,7 @@ Wall time {results['wall_s']} s; cache {results['cache']}.
 
 
 def _log_wandb(cfg: DictConfig, results: dict, files: list[Path]) -> None:
-    from .tracking import log_report
+    from trainers.tracking import log_report
 
     cols = ["setting", "condition"] + [c[0] for c in COLUMNS]
     rows = [[label, name] + [m.get(c[0]) for c in COLUMNS]
@@ -444,7 +444,7 @@ def _log_wandb(cfg: DictConfig, results: dict, files: list[Path]) -> None:
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="factorized")
 def main(cfg: DictConfig) -> None:
-    from .tracking import report_job
+    from trainers.tracking import report_job
 
     report_job(cfg, run)
 

@@ -1,7 +1,7 @@
 """Reward functions of ``recipe=pte_grpo``: plain top-level functions with TRL's reward signature.
 
 TRL calls each function with the batch's ``prompts`` and ``completions`` plus, as keyword lists, every
-field the rollout returned (``trainers/grpo.py``: ``correct``, ``tool_calls``, ``pte``, ``pte_normalised``,
+field the rollout returned (``trainers/policy/grpo.py``: ``correct``, ``tool_calls``, ``pte``, ``pte_normalised``,
 ``task_key``) and its own extras (``log_metric``, ``trainer_state``). The trainer sums them with
 ``reward_weights``; the recipe sets those so that
 
@@ -9,7 +9,7 @@ field the rollout returned (``trainers/grpo.py``: ``correct``, ``tool_calls``, `
     reward = correctness × r_tool(m, n)  − λ · PTE / normaliser  (reward.kind = otc)
 
 so λ = 0 is the plain correctness reward. PTE is seed 003's prefill-token-equivalent cost of the whole
-multi-turn episode (``trainers/pte.py``, one function for the evaluator and the reward).
+multi-turn episode (``data_builders/metrics/pte.py``, one function for the evaluator and the reward).
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from typing import Any, Sequence
 
 
 def correctness(prompts: Sequence[Any], completions: Sequence[Any], correct: Sequence[bool], **kwargs) -> list[float]:
-    """1 for a correct final answer (When2Tool scoring, ``data_builders.scoring``), else 0."""
+    """1 for a correct final answer (When2Tool scoring, ``data_builders.metrics.scoring``), else 0."""
     _log(kwargs, "rollout/accuracy", [float(c) for c in correct])
     _log(kwargs, "rollout/tool_calls", [float(x) for x in kwargs.get("tool_calls") or []])
     _log(kwargs, "rollout/pte", [float(x) for x in kwargs.get("pte") or []])

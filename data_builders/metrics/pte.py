@@ -7,7 +7,7 @@ must re-read the whole KV cache, so its cost grows with the context. PTE prices 
     γ   = 2 · n_layers · d_model · HOI / N_params   × (n_kv_heads / n_q_heads under GQA)
 
 γ is the KV-cache bytes one decoded token reads per context token (4·n_layers·d_kv at 2 bytes/value), turned
-into FLOPs by the hardware's operational intensity HOI (peak FLOP/s ÷ bandwidth, ``trainers.hardware``),
+into FLOPs by the hardware's operational intensity HOI (peak FLOP/s ÷ bandwidth, ``data_builders.metrics.hardware``),
 divided by the 2·N FLOPs of one prefill token. It is a property of a (model, hardware) pair.
 
 Per turn, in the field names the agent loop writes (``data_builders/agent/loop.py``, ``trajectory["turns"]``):
@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any, Iterable, Mapping
 
-from trainers.hardware import DEFAULT_HARDWARE, PROFILES, HardwareProfile, get_profile
+from data_builders.metrics.hardware import DEFAULT_HARDWARE, PROFILES, HardwareProfile, get_profile
 
 __all__ = [
     "DEFAULT_HARDWARE", "PROFILES", "HardwareProfile", "get_profile",

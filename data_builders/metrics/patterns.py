@@ -74,7 +74,7 @@ from typing import Any, Iterable, Mapping
 
 from data_builders.agent.parsing import has_boxed, parse_tool_call
 from data_builders.agent.trajectory import error_kind as payload_error_kind
-from data_builders.scoring import boxed_span, extract_boxed
+from data_builders.metrics.scoring import boxed_span, extract_boxed
 
 __all__ = ["PATTERNS", "PATTERN_NAMES", "PatternFieldError", "detect", "count_patterns"]
 

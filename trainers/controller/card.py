@@ -7,7 +7,7 @@ import json
 from huggingface_hub import ModelCard, ModelCardData
 from omegaconf import DictConfig
 
-from .metrics import metrics_table
+from trainers.controller.metrics import metrics_table
 
 ACTIONS = {"probe": "call tools for this task (else the response is prefilled to answer directly)",
            "flip": "execute the pending tool call (else it is skipped with a no-op tool message)",
@@ -47,7 +47,7 @@ Decides, at each `{kind}` decision point, whether to **{ACTIONS.get(kind, 'take 
 ```
 {metrics_table(test, 'test split')}
 ```
-Columns: see `trainers/metrics.py` (`missed` = positives denied the action, as a share of all points).
+Columns: see `trainers/controller/metrics.py` (`missed` = positives denied the action, as a share of all points).
 {baselines}
 ## Use
 

@@ -15,7 +15,7 @@ How, top to bottom:
    protocol as evaluation. Each episode becomes one token sequence: the first prompt, then every model turn
    (loss on these tokens, ``env_mask`` 1) and the tool results and protocol messages between them
    (``env_mask`` 0: no loss on text the model did not write).
-4. Rewards (``trainers/rewards.py``) are plain functions fed the rollout's fields; W&B gets each reward
+4. Rewards (``trainers/policy/rewards.py``) are plain functions fed the rollout's fields; W&B gets each reward
    component, accuracy, tool calls and PTE per step.
 5. The adapter, a model card and metrics go to ``checkpoints/pte_grpo/<time>/``; the shared evaluator
    compares it with the tool_sft policy as one more arm (``arms.policies``).
@@ -157,7 +157,7 @@ class ToolRollout:
                              "tool_calls": sum(t["tool_calls"] for t in trajs) / n,
                              "pte": sum(ptes) / n, "format_errors": sum(t["format_errors"] for t in trajs) / n})
         log.info("rollout step %d: %s", step, json.dumps(self.history[-1]))
-        from .eval_cache import task_key
+        from trainers.evaluate.run.cache import task_key
 
         return {
             "prompt_ids": [s.prompt_ids for s in seqs],
@@ -258,8 +258,8 @@ def fit(recipe: DictConfig, cfg: DictConfig | None = None) -> Path:
     from data_builders.agent.loop import Agent, AgentConfig
     from data_builders.backends.hf import HFBackend
 
-    from .pte import PTEConfig
-    from .rewards import reward_setup
+    from data_builders.metrics.pte import PTEConfig
+    from trainers.policy.rewards import reward_setup
 
     t, g, r = recipe.train, recipe.generation, recipe.reward
     torch.manual_seed(t.seed)
@@ -339,13 +339,13 @@ def model_card(recipe: DictConfig, metrics: dict, start: str | None, seconds: fl
 # toolwise pte_grpo adapter
 
 LoRA adapter for `{base_model}` tuned with TRL `GRPOTrainer` on multi-turn tool rollouts
-(`trainers/grpo.py`), starting from `{start}`. Reward: **{formula}** with λ = {r['lam']}, normaliser
+(`trainers/policy/grpo.py`), starting from `{start}`. Reward: **{formula}** with λ = {r['lam']}, normaliser
 {metrics['pte_normaliser']:.1f} (PTE γ = {metrics['gamma']}). Train tasks only; no test task is used.
 
 Reproduce: `{recipe.get('command', 'python -m trainers.fit recipe=pte_grpo')}`
 
 Load: `model.adapter=<this directory>` in any toolwise recipe, e.g.
-`python -m trainers.evaluate 'arms.policies=[{{name: pte_grpo, model: {{name: smollm2, adapter: <dir>}}}}]'`.
+`python -m trainers.evaluate.run 'arms.policies=[{{name: pte_grpo, model: {{name: smollm2, adapter: <dir>}}}}]'`.
 
 ## Rollouts during training (sampled, temperature {recipe.generation.temperature})
 

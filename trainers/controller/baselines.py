@@ -23,7 +23,7 @@ def _auroc(y, p):
 
 
 def single_layer(recipe, points, splits) -> dict:
-    from .controller_fit import new_controller, raw_logits, train
+    from trainers.controller.fit import new_controller, raw_logits, train
 
     (x_tr, y_tr, _), (x_va, y_va, _), (x_te, y_te, _) = (splits[s] for s in ("train", "val", "test"))
     n_layers = x_tr.shape[1]

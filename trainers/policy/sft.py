@@ -61,7 +61,7 @@ def demonstration_rows(cfg: DictConfig) -> tuple[list[dict], list[dict], Counter
 def tokenized(rows: list[dict], tokenizer, max_length: int, counts: Counter, part: str):
     from datasets import Dataset
 
-    from .sft_tokenize import ConversationTooLong, tokenize_conversation
+    from trainers.policy.tokenization import ConversationTooLong, tokenize_conversation
 
     out = []
     for r in rows:
@@ -97,7 +97,7 @@ tags: [toolwise, tool-use, lora, sft, trl]
 # toolwise tool_sft adapter
 
 LoRA adapter that makes SmolLM2-135M-Instruct call When2Tool tools in the xml `<tool_call>` format and
-answer in `\\boxed{{}}`. Trained by `trainers/sft.py` with TRL `SFTTrainer` + peft on oracle
+answer in `\\boxed{{}}`. Trained by `trainers/policy/sft.py` with TRL `SFTTrainer` + peft on oracle
 demonstrations of **train** tasks only (no test task is ever used).
 
 Reproduce: `{command}`

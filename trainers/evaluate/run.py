@@ -1,4 +1,4 @@
-"""``python -m trainers.evaluate``: every arm on the same test tasks, one report.
+"""``python -m trainers.evaluate.run``: every arm on the same test tasks, one report.
 
 Arms (``recipes/evaluate.yaml``): the prompt-mode baselines (± Reason-then-Act), Probe&Prefill (soft and
 hard prefill over a τ grid), ToolGate (a τ grid), G-STEP, the cascade of the three hooks, and other
@@ -12,7 +12,7 @@ prefill, scores every task's probe probability once, and assembles the arm at ea
 the trajectory of the decision the probe makes at that τ — the same trajectories a ``ProbePrefill`` hook
 produces (tested), at two rollouts per prefill style instead of one per τ.
 
-Outputs in the run directory: ``results.json``, ``report.md`` and PNG plots (``trainers/report.py``), and
+Outputs in the run directory: ``results.json``, ``report.md`` and PNG plots (``trainers/evaluate/report.py``), and
 the same in W&B (tables and images; offline without a key).
 """
 from __future__ import annotations
@@ -30,7 +30,7 @@ from tqdm.auto import tqdm
 
 from recipes import CONFIG_DIR
 
-from .eval_cache import TrajectoryCache, file_digest, task_key
+from trainers.evaluate.run.cache import TrajectoryCache, file_digest, task_key
 
 CALIBRATED = "calibrated"
 
@@ -41,7 +41,7 @@ class Arm:
     agent's hooks (None: a prompt-mode baseline); ``compose`` marks arms assembled from others (probe τ).
     ``agent``: AgentConfig fields merged over the run's agent settings (e.g. ``{"tool_access": "noop"}``);
     ``task_view``: the name of a task transform the caller applies before :func:`run_arm` (the factorized
-    framework's oracle views, ``trainers/factorized.py``). Both enter :attr:`cache_spec` when set."""
+    framework's oracle views, ``trainers/evaluate/factorized.py``). Both enter :attr:`cache_spec` when set."""
 
     name: str
     family: str
@@ -77,7 +77,7 @@ def _controller(path: str, kind: str, policy: str, strict: bool) -> Loaded:
     import controllers
     from data_builders.backends.loading import REPO_ROOT
 
-    from .arms import checked
+    from data_builders.runtime.controller_hooks import checked
 
     p = Path(path)
     p = p if p.exists() else REPO_ROOT / p
@@ -90,7 +90,7 @@ def _tau(value, controller) -> float:
 
 def build_arms(cfg: DictConfig, policy: str, call_format: str) -> tuple[list[Arm], dict]:
     """All arms of the run, and the loaded controllers (for their AUROC in the report)."""
-    from .arms import Cascade, GStep, ProbePrefill, ToolGate, prefill_text
+    from data_builders.runtime.controller_hooks import Cascade, GStep, ProbePrefill, ToolGate, prefill_text
 
     a = cfg.arms
     arms: list[Arm] = []
@@ -201,7 +201,7 @@ def probe_probabilities(probe, backend, tasks, agent_kw: dict, cache_root: Path,
 def arm_metrics(trajs: list[dict], gamma: float, pte_cfg) -> dict:
     from data_builders.agent.trajectory import summarize
 
-    from .pte import trajectory_pte
+    from data_builders.metrics.pte import trajectory_pte
 
     n = len(trajs)
     s = summarize(trajs)
@@ -246,7 +246,7 @@ def curve_area(points: list[tuple[float, float]], x_max: float) -> float | None:
 # ---------------------------------------------------------------------------- run
 @dataclass
 class PolicyRun:
-    """What every report command (this one, ``trainers.factorized``) sets up the same way: the policy on its
+    """What every report command (this one, ``trainers.evaluate.run.factorized``) sets up the same way: the policy on its
     engine, one decoding, PTE's γ and the trajectory cache keyed by policy and decoding."""
 
     backend: Any
@@ -260,7 +260,7 @@ class PolicyRun:
     def from_config(cls, cfg: DictConfig) -> "PolicyRun":
         from data_builders.backends.loading import backend_from_config
 
-        from .pte import PTEConfig
+        from data_builders.metrics.pte import PTEConfig
 
         backend = backend_from_config(cfg.model, cfg.get("backend"))
         agent_kw = OmegaConf.to_container(cfg.agent, resolve=True)
@@ -293,8 +293,8 @@ def run(cfg: DictConfig) -> dict:
     from data_builders.backends.loading import backend_from_config
     from data_builders.tasks import tasks_from_config
 
-    from .patterns import count_patterns
-    from .report import write_report
+    from data_builders.metrics.patterns import count_patterns
+    from trainers.evaluate.run.report import write_report
 
     out_dir = Path(cfg.out_dir)
     tasks = tasks_from_config(cfg)
@@ -361,7 +361,7 @@ def _ckpt_metric(path: Path):
 
 
 def _log_wandb(cfg: DictConfig, results: dict, files: list[Path]) -> None:
-    from .tracking import log_report
+    from trainers.tracking import log_report
 
     cols = ["arm", "accuracy", "tool_calls_per_task", "tool_call_rate", "tokens_per_task", "token_cost_per_task",
             "pte_per_task", "latency_s_per_task"]
@@ -371,7 +371,7 @@ def _log_wandb(cfg: DictConfig, results: dict, files: list[Path]) -> None:
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="evaluate")
 def main(cfg: DictConfig) -> None:
-    from .tracking import report_job
+    from trainers.tracking import report_job
 
     report_job(cfg, run)
 

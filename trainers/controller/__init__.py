@@ -1,0 +1,1 @@
+"""Controller training: Lightning fits of probes and gates, calibration, metrics, baselines, model cards."""

@@ -1,0 +1,1 @@
+"""Policy training with TRL + peft: tool-use SFT and GRPO with a PTE cost penalty."""
