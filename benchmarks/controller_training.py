@@ -4,7 +4,7 @@
 
 Both arms fit the same objective on the train split: standardised features, class-balanced logistic loss,
 an L2 penalty on the weights (scikit-learn ``C = 1 / (l2 · N)``), L-BFGS to convergence. The Lightning arm is
-exactly what ``recipe=probe_prefill`` runs (``trainers.controller.fit.train`` on a ``LinearProbe``, or the
+exactly what ``recipe=probe_prefill`` runs (``trainers.controller.training.train`` on a ``LinearProbe``, or the
 ToolGate gate for a flip dataset); the reference is ``StandardScaler`` + ``LogisticRegression``. Prints the
 wall time of each (best of --repeats, arms alternating) and AUROC on test (and train). Targets (issue 6):
 Lightning time ≤ 2× scikit-learn, test AUROC within 0.005.
@@ -23,7 +23,7 @@ from sklearn.preprocessing import StandardScaler
 
 from data_builders.points.store import load_points
 from recipes import compose
-from trainers.controller.fit import new_controller, raw_logits, split_tensors, train
+from trainers.controller.training import new_controller, raw_logits, split_tensors, train
 
 RECIPE_OF_KIND = {"probe": "probe_prefill", "flip": "toolgate"}
 

@@ -17,7 +17,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from data_builders.agent.loop import Agent, AgentConfig
-from data_builders.agent.trajectory import read_jsonl, summarize, write_jsonl
+from data_builders.agent.trajectory import Trajectory, read_trajectories, summarize, write_trajectories
 from data_builders.backends.loading import backend_from_config
 from data_builders.tasks import load_tasks
 from data_builders.tasks.schema import DIFFICULTIES
@@ -30,28 +30,28 @@ DETERMINISTIC_12 = {"CalculatorEnv", "StatisticsEnv", "CountingEnv", "MatrixEnv"
                     "ListManipulationEnv", "DateTimeEnv", "CodeExecutorEnv", "ScheduleEnv", "RegexMatchEnv"}
 
 
-def headline(trajs: list[dict]) -> dict:
+def headline(trajs: list[Trajectory]) -> dict:
     """The figures the tool-use SFT issue is judged on, for one mode."""
-    proposed = sum(len(t["calls"]) + t["malformed_calls"] for t in trajs)
-    det = [t for t in trajs if t["env"] in DETERMINISTIC_12 and t["category"] != "M"]
-    easy = [t for t in trajs if t["difficulty"] == "easy" and t["category"] != "M"]
+    proposed = sum(len(t.calls) + t.malformed_calls for t in trajs)
+    det = [t for t in trajs if t.env in DETERMINISTIC_12 and t.category != "M"]
+    easy = [t for t in trajs if t.difficulty == "easy" and t.category != "M"]
     return {
-        "valid_call_format": sum(len(t["calls"]) for t in trajs) / proposed if proposed else float("nan"),
+        "valid_call_format": sum(len(t.calls) for t in trajs) / proposed if proposed else float("nan"),
         "proposed_calls": proposed,
-        "acc_deterministic12": sum(t["correct"] for t in det) / len(det) if det else float("nan"),
-        "acc_easy": sum(t["correct"] for t in easy) / len(easy) if easy else float("nan"),
+        "acc_deterministic12": sum(t.correct for t in det) / len(det) if det else float("nan"),
+        "acc_easy": sum(t.correct for t in easy) / len(easy) if easy else float("nan"),
     }
 
 
-def table(results: dict[str, list[dict]], tasks) -> str:
+def table(results: dict[str, list[Trajectory]], tasks) -> str:
     category = {str(t.id): t.category for t in tasks}
     modes = list(results)
     head = "| category | difficulty | n | " + " | ".join(f"{m} acc | {m} calls" for m in modes) + " |"
     lines = [head, "|" + "---|" * (3 + 2 * len(modes))]
-    cells: dict[tuple[str, str], dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))
+    cells: dict[tuple[str, str], dict[str, list[Trajectory]]] = defaultdict(lambda: defaultdict(list))
     for mode, trajs in results.items():
         for tr in trajs:
-            cells[(category[str(tr["task_id"])], tr["difficulty"])][mode].append(tr)
+            cells[(category[str(tr.task_id)], tr.difficulty)][mode].append(tr)
             cells[("all", "all")][mode].append(tr)
     rank = {d: i for i, d in enumerate(DIFFICULTIES)}
     for key in sorted(cells, key=lambda k: (k[0] == "all", k[0], rank.get(k[1], 9))):
@@ -99,14 +99,14 @@ def main() -> None:
         t0 = time.perf_counter()
         results[mode] = Agent(backend, cfg).run(tasks)
         seconds[mode] = time.perf_counter() - t0
-        write_jsonl(out / f"{mode}.jsonl", results[mode])
+        write_trajectories(out / f"{mode}.jsonl", results[mode])
         print(f"{mode}: {seconds[mode]:.0f} s, {json.dumps(summarize(results[mode]))}", flush=True)
     if args.include_existing:
         ids = sorted(str(t.id) for t in tasks)
         for f in sorted(out.glob("*.jsonl")):
             if f.stem not in results:
-                earlier = list(read_jsonl(f))
-                if sorted(str(t["task_id"]) for t in earlier) != ids:
+                earlier = list(read_trajectories(f))
+                if sorted(str(t.task_id) for t in earlier) != ids:
                     raise SystemExit(f"{f} was run on other tasks; rerun its mode instead")
                 results[f.stem] = earlier
         results = {m: results[m] for m in sorted(results, key=lambda m: (m not in args.modes, m))}

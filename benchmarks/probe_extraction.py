@@ -31,7 +31,7 @@ def bare_forward(backend, prompts) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--model", default="smollm2", help="a recipes/model config (default: embedded + tool_sft)")
+    ap.add_argument("--model", default="smollm2_tool_sft", help="a recipes/model config (default: embedded + tool_sft)")
     ap.add_argument("--path", default=None, help="When2Tool task directory (default: built-in tasks)")
     ap.add_argument("--tasks", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=2)

@@ -1,4 +1,5 @@
-"""Does PTE track real generation latency better than a token count? (seed paper 003, PTE)
+"""Does PTE track real generation latency better than a token count? (PTE: "Beyond Accuracy: Unveiling
+Inefficiency Patterns in Tool-Integrated Reasoning", arXiv 2604.05404)
 
     OMP_NUM_THREADS=2 python benchmarks/pte_latency.py [--tasks 24] [--source builtin|when2tool] \
         [--path ../shared/data/when2tool] [--max-rounds 4] [--max-new-tokens 192] [--hardware h100_pcie_paper] \
@@ -103,7 +104,7 @@ def correlation(x: list[float], y: list[float]) -> tuple[float, float, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default="smollm2", help="a recipes/model config (default: embedded + tool_sft)")
+    ap.add_argument("--model", default="smollm2_tool_sft", help="a recipes/model config (default: embedded + tool_sft)")
     ap.add_argument("--tasks", type=int, default=24)
     ap.add_argument("--source", default="builtin", choices=["builtin", "when2tool"])
     ap.add_argument("--path", default=None, help="When2Tool task directory (--source when2tool)")
@@ -142,26 +143,26 @@ def main() -> None:
     done_at: dict[str, float] = {}
     load_before = os.getloadavg()[0]
     t_start = time.perf_counter()
-    trajs = agent.run(tasks, on_done=lambda rec: done_at.__setitem__(str(rec["task_id"]), time.perf_counter()))
+    trajs = agent.run(tasks, on_done=lambda rec: done_at.__setitem__(str(rec.task_id), time.perf_counter()))
     t_total = time.perf_counter() - t_start
     load_after = os.getloadavg()[0]
 
     rows, skipped, prev = [], 0, t_start
     for tr in trajs:
-        end = done_at[str(tr["task_id"])]
+        end = done_at[str(tr.task_id)]
         episode_s, prev = end - prev, end
-        turns = tr["turns"]
+        turns = tr.turns
         if not turns:
             skipped += 1
             continue
-        prefill = sum(t["prefill_tokens"] for t in turns)
-        decode = sum(t["decode_tokens"] for t in turns)
-        row = {"task_id": tr["task_id"], "env": tr["env"], "difficulty": tr["difficulty"], "turns": len(turns),
-               "latency_s": sum(t["wall_s"] for t in turns), "episode_s": episode_s,
-               "prefill_tokens": prefill, "new_tokens": sum(t["new_tokens"] for t in turns),
+        prefill = sum(t.prefill_tokens for t in turns)
+        decode = sum(t.decode_tokens for t in turns)
+        row = {"task_id": tr.task_id, "env": tr.env, "difficulty": tr.difficulty, "turns": len(turns),
+               "latency_s": sum(t.wall_s for t in turns), "episode_s": episode_s,
+               "prefill_tokens": prefill, "new_tokens": sum(t.new_tokens for t in turns),
                "decode_tokens": decode, "raw_tokens": prefill + decode,
                "pte": full.trajectory_pte(tr, g), "pte_reuse": reuse.trajectory_pte(tr, g),
-               "correct": tr["correct"]}
+               "correct": tr.correct}
         if machine:
             row["pte_machine"] = trajectory_pte(tr, machine["gamma"], cache_reuse=args.reuse_kv)
         rows.append(row)
@@ -218,8 +219,8 @@ def main() -> None:
     # What one decoded token costs in prefill tokens on this machine: latency ≈ a·prefill + b·decode.
     X = np.array([[r["prefill_tokens"], r["decode_tokens"]] for r in rows], dtype=float)
     (a, b), *_ = np.linalg.lstsq(X, np.array(lat), rcond=None)
-    ctx = sum(t["context_len"] * t["decode_tokens"] for tr in trajs for t in tr["turns"]) / max(
-        sum(t["decode_tokens"] for tr in trajs for t in tr["turns"]), 1)
+    ctx = sum(t.context_len * t.decode_tokens for tr in trajs for t in tr.turns) / max(
+        sum(t.decode_tokens for tr in trajs for t in tr.turns), 1)
     if a > 0 and b > 0:
         print(f"fit latency ≈ {a * 1e3:.3f} ms/prefill token + {b * 1e3:.2f} ms/decode token "
               f"({1 / a:.0f} prompt tok/s): one decode token ≈ {b / a:.1f} prefill tokens here; "

@@ -42,8 +42,8 @@ def main() -> None:
 
     t_batch, batched = timed(backend, tasks, len(tasks), args)
     t_single, single = timed(backend, tasks, 1, args)
-    gen_tokens = sum(tr["decode_tokens"] for t in batched for tr in t["turns"])
-    same = sum(a["messages"] == b["messages"] for a, b in zip(batched, single))
+    gen_tokens = sum(tr.decode_tokens for t in batched for tr in t.turns)
+    same = sum(a.messages == b.messages for a, b in zip(batched, single))
     for name, t, tr in (("batched", t_batch, batched), ("one-at-a-time", t_single, single)):
         s = summarize(tr)
         print(f"{name:>14}: {t:7.1f} s  {len(tasks) / t:6.3f} tasks/s  accuracy={s['accuracy']:.3f} "

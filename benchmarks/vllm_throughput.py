@@ -39,7 +39,7 @@ def first_difference(a: list[dict], b: list[dict]) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--model", default="smollm2", help="a recipes/model config name")
+    ap.add_argument("--model", default="smollm2_tool_sft", help="a recipes/model config name")
     ap.add_argument("--path", default=None, help="When2Tool task directory (default: built-in tasks)")
     ap.add_argument("--tasks", type=int, default=64)
     ap.add_argument("--mode", default="default")
@@ -57,15 +57,15 @@ def main() -> None:
         arms[name] = timed(backend, tasks, args)
         del backend
     (t_hf, hf), (t_v, vl) = arms["hf"], arms["vllm"]
-    same = [a["messages"] == b["messages"] for a, b in zip(hf, vl)]
+    same = [a.messages == b.messages for a, b in zip(hf, vl)]
     for name, (t, trajs) in arms.items():
         s = summarize(trajs)
-        toks = sum(tr["decode_tokens"] for t_ in trajs for tr in t_["turns"])
+        toks = sum(tr.decode_tokens for t_ in trajs for tr in t_.turns)
         print(f"{name:>5}: {t:7.1f} s  {len(tasks) / t:6.3f} tasks/s  {toks / t:7.1f} generated tok/s  "
               f"accuracy={s['accuracy']:.3f} calls/task={s['tool_calls_per_task']:.2f} tokens/task={s['tokens_per_task']:.1f}")
     for i, ok in enumerate(same):
         if not ok:
-            print(f"  differs: task {tasks[i].id}: {first_difference(hf[i]['messages'], vl[i]['messages'])}")
+            print(f"  differs: task {tasks[i].id}: {first_difference(hf[i].messages, vl[i].messages)}")
     src = f"When2Tool test ({args.path})" if args.path else "built-in test"
     print(f"{len(tasks)} tasks from {src}, mode {args.mode}, max_rounds {args.max_rounds}, "
           f"max_new_tokens {args.new_tokens}, greedy, policy {cfg.model.name}+{cfg.model.adapter}")

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from huggingface_hub import snapshot_download
+
 from .base import ContractMismatch, Controller, make_contract
 from .gates import GStepMLP, ToolGateLogistic
 from .probe import LinearProbe
@@ -24,8 +26,6 @@ def _local_dir(path: str | Path) -> Path:
     if p.is_dir():
         return p
     if len(p.parts) == 2 and not p.exists():   # a hub id: fetch only the config and the safetensors file
-        from huggingface_hub import snapshot_download
-
         return Path(snapshot_download(str(path), allow_patterns=["config.json", "model.safetensors", "README.md"]))
     raise ControllerLoadError(f"{path}: not a controller directory")
 

@@ -1,5 +1,7 @@
-"""Gates on tabular features: the ToolGate pre-call logistic gate (seed 004) and the G-STEP continue/commit
-MLP (seed 000). Both standardise inside the module; class balancing is the trainer's loss weighting."""
+"""Gates on tabular features: the ToolGate pre-call logistic gate ("ToolGate: Token-Efficient Pre-Call Control
+for Tool-Augmented Vision-Language Agents", arXiv 2606.03054) and the G-STEP continue/commit MLP ("Are Tools
+All We Need? Unveiling the Tool-Use Tax in LLM Agents", arXiv 2605.00136). Both standardise inside the module;
+class balancing is the trainer's loss weighting."""
 from __future__ import annotations
 
 import torch

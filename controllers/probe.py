@@ -1,8 +1,11 @@
-"""Linear probe on all-layer hidden states (seed 002, Probe&Prefill): [layers, d_model] → one logit.
+"""Linear probe on all-layer hidden states (Probe&Prefill, "LLM Agents Already Know When to Call Tools — Even
+Without Reasoning", arXiv 2605.09252): [layers, d_model] → one logit.
 
-The layers are concatenated and standardised inside the module; L2 regularisation is the trainer's weight
-decay; the logit temperature is calibrated after training. ``layer_mask`` lets the same class act as the
-single-layer baseline probe.
+Arguments besides the shared ones (``contract``, ``tau``, ``temperature``, ``controller``; see
+:class:`~controllers.base.Controller`): ``layers``, the indices of the hidden-state layers the probe reads
+(default ``None`` = every layer of ``contract["input_shape"][0]``); ``layers=[i]`` makes the same class the
+single-layer baseline probe. The chosen layers are concatenated and standardised inside the module; the L2
+penalty is the trainer's loss term; τ and the logit temperature are calibrated after training.
 """
 from __future__ import annotations
 

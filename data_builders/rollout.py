@@ -1,6 +1,6 @@
 """Run the agent on tasks and write trajectories.
 
-    python -m data_builders.rollout model=smollm2 tasks=builtin mode=force limit=32 [backend=vllm|openai]
+    python -m data_builders.rollout tasks=builtin mode=force limit=32 [model=smollm2_base] [backend=vllm|openai]
 
 Writes ``trajectories.jsonl`` and ``summary.json`` to the Hydra run directory, prints a table per
 environment x difficulty, and ends with one line of key=value figures.
@@ -19,15 +19,15 @@ from tqdm.auto import tqdm
 from recipes import CONFIG_DIR
 
 from .agent.loop import Agent, AgentConfig
-from .agent.trajectory import summarize, write_jsonl
+from .agent.trajectory import Trajectory, summarize, write_trajectories
 from .backends.loading import backend_from_config
 from .tasks import tasks_from_config
 
 
-def summary_table(trajs: list[dict]) -> str:
-    cells: dict[tuple[str, str], list[dict]] = defaultdict(list)
+def summary_table(trajs: list[Trajectory]) -> str:
+    cells: dict[tuple[str, str], list[Trajectory]] = defaultdict(list)
     for t in trajs:
-        cells[(t["env"], t["difficulty"])].append(t)
+        cells[(t.env, t.difficulty)].append(t)
     order = {"easy": 0, "medium": 1, "hard": 2}
     rows = [f"{'environment':<22}{'difficulty':<11}{'n':>4}{'acc':>7}{'calls/task':>12}{'fmt err':>9}{'tokens':>8}"]
     for (env, diff) in sorted(cells, key=lambda k: (k[0], order.get(k[1], 9))):
@@ -49,7 +49,7 @@ def run(cfg: DictConfig) -> dict:
         trajs = agent.run(tasks, on_done=lambda _: bar.update(1),
                           on_round=lambda step, n: bar.set_postfix(round=step, in_flight=n))
     wall = time.perf_counter() - t0
-    write_jsonl(out_dir / "trajectories.jsonl", trajs)
+    write_trajectories(out_dir / "trajectories.jsonl", trajs)
     summary = {**summarize(trajs), "wall_s": round(wall, 2), "policy": backend.fingerprint, "backend": backend.name, "mode": agent_cfg.mode,
                "reasoning": agent_cfg.reasoning, "config": OmegaConf.to_container(cfg, resolve=True)}
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))

@@ -1,16 +1,26 @@
-"""Hydra config root (``recipes/``). A package only so that a non-editable install ships the YAML files."""
+"""Hydra config root (``recipes/``): entry configs, config groups, and their structured configs (``schema.py``).
+
+A package so that a non-editable install ships the YAML files, and so that importing it (every entry point
+imports ``CONFIG_DIR`` from here) registers the schemas in Hydra's ConfigStore before any config is composed.
+"""
 from pathlib import Path
+
+from hydra import compose as hydra_compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import DictConfig
+
+from .schema import check_keys, register
 
 CONFIG_DIR = str(Path(__file__).resolve().parent)
 
+register()
 
-def compose(config_name: str, overrides: list[str] | tuple[str, ...] = ()):
+
+def compose(config_name: str, overrides: list[str] | tuple[str, ...] = ()) -> DictConfig:
     """A config composed by Hydra (benchmarks, scripts, a recipe composing another config): defaults lists and
-    group overrides such as ``model=smollm2_bare backend=vllm`` apply exactly as on the command line."""
-    from hydra import compose as hydra_compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
+    group overrides such as ``model=smollm2_base backend=vllm`` apply exactly as on the command line, and a key
+    no schema declares fails as it does before a Hydra job (:func:`recipes.schema.check_keys`)."""
     if GlobalHydra.instance().is_initialized():   # inside a @hydra.main run (or a test's initialize):
-        return hydra_compose(config_name, overrides=list(overrides))   # same config root, compose directly
+        return check_keys(hydra_compose(config_name, overrides=list(overrides)))   # same root, compose directly
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        return hydra_compose(config_name, overrides=list(overrides))
+        return check_keys(hydra_compose(config_name, overrides=list(overrides)))

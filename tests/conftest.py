@@ -17,7 +17,9 @@ SHARED = REPO.parent / "shared"
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
-    from data_builders.backends.loading import build_tiny_llama
+    # why (here and below): this file loads for every test, most of which need no model; importing torch and
+    # transformers at the top would cost every run ~5 s, and would read the HF_* variables before they are set.
+    from tests.tiny_models import build_tiny_llama
 
     return build_tiny_llama(tmp_path_factory.mktemp("tiny-llama"), hidden_size=64, num_layers=2, seed=0)
 

@@ -4,10 +4,13 @@
   ``python -m trainers.fit recipe=g_step ${args_no_hyphens}`` (the spec's ``command``).
 * Locally, without W&B: ``python -m trainers.sweep recipes/sweep/g_step.yaml [overrides...]`` runs the same
   grid as a Hydra multirun (``python -m trainers.fit -m recipe=g_step key=v1,v2 ...``) and prints the runs
-  ranked by the spec's metric (a validation metric: the grid never looks at test).
+  ranked by the objective each job returned (a validation metric: the grid never looks at test).
+* Any Hydra sweeper (e.g. Optuna's, ``hydra/sweeper=optuna``) optimises ``trainers.fit``'s return value directly;
+  nothing here is needed for it.
 
-In a multirun each job exports its controller into its own job directory (``outputs/multirun/...``), not
-``checkpoints/``: sweep candidates are not releases.
+What is left here is only what a W&B spec needs to run without W&B: expanding its grid into multirun overrides,
+and reading the objectives back (:class:`RecordObjective`). In a multirun each job exports into its own job
+directory (``outputs/multirun/...``), not ``checkpoints/``: sweep candidates are not releases.
 """
 from __future__ import annotations
 
@@ -15,9 +18,13 @@ import json
 import random
 import subprocess
 import sys
+import time
 from pathlib import Path
 
-from omegaconf import OmegaConf
+from hydra.core.utils import JobReturn, JobStatus
+from hydra.experimental.callback import Callback
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf
 
 SWEEP_DIR = Path(__file__).resolve().parents[1] / "recipes" / "sweep"
 
@@ -63,16 +70,27 @@ def sample_point(spec: dict, seed: int = 0) -> list[str]:
     return [recipe_override(spec)] + [f"{k}={_fmt(rng.choice(_values(k, p)))}" for k, p in spec["parameters"].items()]
 
 
-def ranked_runs(sweep_dir: Path, metric: str, goal: str) -> list[tuple[float | None, str]]:
-    split, name = metric.split("/", 1)
-    rows = []
-    for m in sorted(sweep_dir.glob("*/controller/metrics.json")):
-        value = json.loads(m.read_text())["splits"][split]["all"].get(name)
-        overrides = (m.parent.parent / ".hydra" / "overrides.yaml")
-        label = " ".join(OmegaConf.load(overrides)) if overrides.exists() else m.parent.parent.name
-        rows.append((value, label))
+class RecordObjective(Callback):
+    """Hydra callback (``hydra.callbacks`` in fit.yaml): each job's return value, the validation objective that
+    ``trainers.fit``'s main returns, goes to ``<sweep dir>/objectives.jsonl`` with the job's overrides, so a
+    local grid is ranked from what the runs returned, not from files a recipe happens to write."""
+
+    def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs) -> None:
+        if job_return.status != JobStatus.COMPLETED or config.hydra.mode != RunMode.MULTIRUN:
+            return
+        record = {"job": config.hydra.job.num, "overrides": list(job_return.overrides or []),
+                  "objective": job_return.return_value}
+        with open(Path(config.hydra.sweep.dir) / "objectives.jsonl", "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+
+def ranked_runs(sweep_dir: Path, goal: str) -> list[tuple[float | None, str]]:
+    path = sweep_dir / "objectives.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
     sign = -1 if goal == "maximize" else 1
-    return sorted(rows, key=lambda r: (r[0] is None, sign * (r[0] or 0)))
+    runs = [(r["objective"], " ".join(r["overrides"])) for r in rows]
+    nan = lambda v: v is None or v != v  # noqa: E731  (a run whose val split had one label has no AUROC)
+    return sorted(runs, key=lambda r: (nan(r[0]), 0 if nan(r[0]) else sign * r[0]))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -82,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     spec = load_spec(argv[0])
     recipe = recipe_override(spec).split("=", 1)[1]
-    stamp = __import__("time").strftime("%Y-%m-%d_%H-%M-%S")
+    stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
     sweep_dir = Path("outputs/multirun") / recipe / stamp
     cmd = [sys.executable, "-m", "trainers.fit", "-m", *multirun_overrides(spec), *argv[1:],
            f"hydra.sweep.dir={sweep_dir}"]
@@ -90,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     rc = subprocess.call(cmd)
     metric = spec["metric"]
     print(f"\n{metric['name']} ({metric['goal']}), {sweep_dir}:")
-    for value, label in ranked_runs(sweep_dir, metric["name"], metric["goal"]):
+    for value, label in ranked_runs(sweep_dir, metric["goal"]):
         print(f"  {'-' if value is None else f'{value:.4f}':>8}  {label}")
     return rc
 

@@ -1,4 +1,5 @@
-"""Run tracking: the ``logger`` group (``recipes/logger/``) → a Lightning logger, W&B by default.
+"""Run tracking shared by every job: the W&B mode and environment of the ``logger`` group (``recipes/logger/``)
+and the W&B run of a report job. The Lightning logger of a controller fit is ``trainers.controller.logger``.
 
 W&B runs offline when no API key is configured (``WANDB_API_KEY`` or a ``~/.netrc`` entry), so a run never
 stops at a login prompt; ``wandb sync <run dir>`` uploads it later. ``logger=csv`` writes Lightning CSV
@@ -36,57 +37,12 @@ def setup_wandb_env(cfg: DictConfig, run_dir: Path) -> None:
     os.environ.setdefault("WANDB_SILENT", "true")
 
 
-def make_logger(cfg: DictConfig):
-    name = cfg.logger.name
-    if name == "none":
-        return None
-    run_dir = Path(cfg.recipe.run_dir)
-    if name == "csv":
-        from lightning.pytorch.loggers import CSVLogger
-
-        return CSVLogger(save_dir=str(run_dir), name="csv")
-    if name == "wandb":
-        from lightning.pytorch.loggers import WandbLogger
-
-        run_dir.mkdir(parents=True, exist_ok=True)
-        logger = WandbLogger(project=cfg.logger.project, group=cfg.logger.get("group") or cfg.recipe.name,
-                             name=run_dir.name, save_dir=str(run_dir), offline=wandb_mode(cfg) == "offline",
-                             job_type="fit", tags=[cfg.recipe.name])
-        logger.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
-        return logger
-    raise ValueError(f"logger.name={name!r}: choose wandb, csv or none")
-
-
-def is_wandb(logger) -> bool:
-    from lightning.pytorch.loggers import WandbLogger
-
-    return isinstance(logger, WandbLogger)
-
-
-def log_artifact(logger, directory: Path, *, name: str, kind: str) -> None:
-    """The exported directory as a W&B artifact (stored locally when offline, uploaded by ``wandb sync``)."""
-    if not is_wandb(logger):
-        return
-    import wandb
-
-    art = wandb.Artifact(name=name, type=kind)
-    art.add_dir(str(directory))
-    logger.experiment.log_artifact(art)
-
-
-def finish(logger) -> None:
-    """End the W&B run. Lightning's ``finalize`` leaves it open, and the next ``WandbLogger`` in this process
-    (the next job of a Hydra multirun, ``trainers.sweep``) would silently log into it instead of its own run."""
-    if is_wandb(logger):
-        logger.experiment.finish()
-
-
 def log_report(cfg: DictConfig, job_type: str, tables: dict[str, tuple[list[str], list[list]]],
                files: list[Path]) -> None:
     """One W&B run for a report job (evaluate, factorized): its tables and PNG plots, config attached."""
     if cfg.logger.name != "wandb":
         return
-    import wandb
+    import wandb   # why: only logger=wandb needs it (~1.5 s to import); report jobs also run with csv/none
 
     run = wandb.init(project=cfg.logger.project, group=cfg.logger.get("group") or job_type, job_type=job_type,
                      dir=str(cfg.out_dir), mode=wandb_mode(cfg), config=OmegaConf.to_container(cfg, resolve=True))
@@ -97,7 +53,5 @@ def log_report(cfg: DictConfig, job_type: str, tables: dict[str, tuple[list[str]
 
 def report_job(cfg: DictConfig, run) -> None:
     """The body of a report command's Hydra main: W&B environment for its output directory, then ``run(cfg)``."""
-    OmegaConf.set_struct(cfg, False)
-    cfg.recipe = {"run_dir": cfg.out_dir}
     setup_wandb_env(cfg, Path(cfg.out_dir))
     run(cfg)

@@ -11,6 +11,7 @@ from typing import Any, Literal, Sequence
 
 from ..tasks.schema import Task
 from .parsing import ToolCall
+from .trajectory import Call, Turn
 
 
 @dataclass
@@ -27,12 +28,13 @@ class PromptState:
 
 @dataclass
 class EpisodeView:
-    """Read-only view of an episode in progress, for ``pre_call`` and ``on_answer``."""
+    """Read-only view of an episode in progress, for ``pre_call`` and ``on_answer``: the same typed turns
+    and calls the finished :class:`~data_builders.agent.trajectory.Trajectory` will hold."""
 
     task: Task
     messages: list[dict]
-    turns: list[dict]
-    calls: list[dict]
+    turns: list[Turn]
+    calls: list[Call]
     round: int
     mode: str
     extra: dict[str, Any] = field(default_factory=dict)

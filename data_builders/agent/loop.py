@@ -21,7 +21,7 @@ from ..tasks.schema import Task
 from . import prompts as P
 from .hooks import EpisodeView, Hooks, PromptState
 from .parsing import has_boxed, parse_tool_call, reasoning_present
-from .trajectory import SCHEMA_VERSION, error_kind
+from .trajectory import Call, Decision, Trajectory, Turn, error_kind
 
 CONTEXT_EXCEEDED = "[CONTEXT_LENGTH_EXCEEDED]"
 TOOL_ACCESS = ("real", "noop", "hidden")
@@ -84,9 +84,9 @@ class _Episode:
     pending_answer: str | None = None      # last answer sent back for verification
     final_response: str = ""
     ended: str | None = None
-    turns: list[dict] = field(default_factory=list)
-    calls: list[dict] = field(default_factory=list)
-    decisions: list[dict] = field(default_factory=list)
+    turns: list[Turn] = field(default_factory=list)
+    calls: list[Call] = field(default_factory=list)
+    decisions: list[Decision] = field(default_factory=list)
     executed: set = field(default_factory=set)
     counts: dict = field(default_factory=lambda: {"tool_calls": 0, "skipped_calls": 0, "rejected_calls": 0,
                                                   "malformed_calls": 0, "format_errors": 0})
@@ -113,13 +113,13 @@ class Agent:
         self._uid = 0
 
     # ------------------------------------------------------------------ public
-    def run(self, tasks: Sequence[Task], on_done: Callable[[dict], None] | None = None,
-            on_round: Callable[[int, int], None] | None = None) -> list[dict]:
-        """Run every task to completion; returns trajectory records in task order. ``on_done`` gets each
-        finished record; ``on_round(step, episodes_in_flight)`` is called after every batched round."""
+    def run(self, tasks: Sequence[Task], on_done: Callable[[Trajectory], None] | None = None,
+            on_round: Callable[[int, int], None] | None = None) -> list[Trajectory]:
+        """Run every task to completion; returns trajectories in task order. ``on_done`` gets each
+        finished one; ``on_round(step, episodes_in_flight)`` is called after every batched round."""
         queue = list(enumerate(tasks))[::-1]
         active: list[_Episode] = []
-        out: list[dict | None] = [None] * len(tasks)
+        out: list[Trajectory | None] = [None] * len(tasks)
         step = 0
         while queue or active:
             while queue and len(active) < self.cfg.max_in_flight:
@@ -200,7 +200,7 @@ class Agent:
 
     def _pre_generation(self, ep: _Episode, prompt: str, hidden, layers=None) -> str:
         prefill = self.hooks.pre_generation(ep.task, PromptState(prompt, list(ep.messages), hidden, layers))
-        ep.decisions.append({"hook": "pre_generation", "round": 0, "decision": prefill})
+        ep.decisions.append(Decision(hook="pre_generation", round=0, decision=prefill))
         ep.prefill_text = prefill or ""
         ep.prefilled = bool(prefill)
         return ep.prefill_text
@@ -209,18 +209,19 @@ class Agent:
         for ep, gen in zip(eps, gens):
             prefill_text = ep.prefill_text if ep.round == 0 else ""
             raw = prefill_text + gen.text
-            prev_ctx = ep.turns[-1]["context_len"] + ep.turns[-1]["decode_tokens"] if ep.turns else 0
+            prev_ctx = ep.turns[-1].context_len + ep.turns[-1].decode_tokens if ep.turns else 0
             lps = gen.logprobs or []
-            ep.turns.append({
-                "round": ep.round, "text": raw, "prefill_text": prefill_text,
-                "prefill_tokens": gen.prompt_tokens,                       # whole context, re-prefilled (full eviction)
-                "new_tokens": max(gen.prompt_tokens - prev_ctx, 0),        # context not seen last turn (cache-reuse PTE)
-                "cached_tokens": gen.cached_tokens,                        # prompt tokens the engine did not recompute
-                "context_len": gen.prompt_tokens, "decode_tokens": gen.decode_tokens,
-                "finish_reason": gen.finish_reason, "wall_s": round(wall_s, 4),
-                "logprobs": [round(x, 4) for x in lps] if self.cfg.logprobs else None,
-                **({"token_ids": list(gen.token_ids), "raw_logprobs": list(lps)} if self.cfg.keep_token_ids else {}),
-            })
+            keep = self.cfg.keep_token_ids
+            ep.turns.append(Turn(
+                round=ep.round, text=raw, prefill_text=prefill_text,
+                prefill_tokens=gen.prompt_tokens,                        # whole context, re-prefilled (full eviction)
+                new_tokens=max(gen.prompt_tokens - prev_ctx, 0),         # context not seen last turn (cache-reuse PTE)
+                cached_tokens=gen.cached_tokens,                         # prompt tokens the engine did not recompute
+                context_len=gen.prompt_tokens, decode_tokens=gen.decode_tokens,
+                finish_reason=gen.finish_reason, wall_s=round(wall_s, 4),
+                logprobs=[round(x, 4) for x in lps] if self.cfg.logprobs else None,
+                token_ids=list(gen.token_ids) if keep else None, raw_logprobs=list(lps) if keep else None,
+            ))
             ep.generation_tokens += self.backend.count_tokens(raw)
             self._step(ep, raw)
             ep.round += 1
@@ -245,12 +246,12 @@ class Agent:
         lenient = ep.prefilled or ep.verifying or not cfg.reasoning_check or cfg.mode == P.COT_MODE
         call = parse_tool_call(raw)
         if call is not None:
-            ep.turns[-1]["kind"] = "call"
+            ep.turns[-1].kind = "call"
             rec = {"round": ep.round, "name": call.name, "args": call.arguments}
             if cfg.mode == "hard_no_tool" or cfg.tools_hidden:
                 c["rejected_calls"] += 1
                 reason = cfg.mode if cfg.mode in ("hard_no_tool", P.COT_MODE) else "tools_hidden"
-                ep.calls.append({**rec, "status": "rejected", "reason": reason})
+                ep.calls.append(Call(**rec, status="rejected", reason=reason))
                 return self._say(ep, raw, self._user(P.TOOLS_UNAVAILABLE))
             if not ep.after_tool and not lenient:
                 has_reason = reasoning_present(raw, kind="call")
@@ -261,16 +262,16 @@ class Agent:
             signature = serialize({"name": call.name, "arguments": call.arguments})
             if ep.verifying and signature in ep.executed:
                 # Verification that repeats an executed call makes no progress: keep the verified answer.
-                ep.decisions.append({"hook": "on_answer", "round": ep.round, "decision": "stop_duplicate_call"})
+                ep.decisions.append(Decision(hook="on_answer", round=ep.round, decision="stop_duplicate_call"))
                 ep.messages.append({"role": "assistant", "content": raw})
                 ep.final_response, ep.ended = ep.pending_answer or "", "duplicate_call"
                 return
             if cfg.max_tool_calls is not None and c["tool_calls"] >= cfg.max_tool_calls:
                 c["rejected_calls"] += 1
-                ep.calls.append({**rec, "status": "rejected", "reason": "max_tool_calls"})
+                ep.calls.append(Call(**rec, status="rejected", reason="max_tool_calls"))
                 return self._say(ep, raw, self._user(P.TOOL_BUDGET_USED))
             decision = self.hooks.pre_call(ep.view(cfg.mode), call)
-            ep.decisions.append({"hook": "pre_call", "round": ep.round, "call": call.name, "decision": decision})
+            ep.decisions.append(Decision(hook="pre_call", round=ep.round, call=call.name, decision=decision))
             if decision == "skip":
                 payload, status = dict(P.SKIPPED_CALL_RESULT), "skipped"
                 c["skipped_calls"] += 1
@@ -281,13 +282,13 @@ class Agent:
                     payload, status = ep.env.call(call.name, call.arguments), "executed"
                 c["tool_calls"] += 1
                 ep.executed.add(signature)
-            ep.calls.append({**rec, "status": status, "result": payload, "ok": payload.get("success") is not False,
-                             "error_kind": error_kind(payload)})
+            ep.calls.append(Call(**rec, status=status, result=payload, ok=payload.get("success") is not False,
+                                 error_kind=error_kind(payload)))
             ep.after_tool = True
             return self._say(ep, raw, P.tool_response_message(serialize(payload), self.call_format))
 
         if has_boxed(raw):
-            ep.turns[-1]["kind"] = "answer"
+            ep.turns[-1].kind = "answer"
             if not (ep.after_tool or lenient):
                 has_reason = reasoning_present(raw, kind="answer")
                 if cfg.reasoning and not has_reason:
@@ -296,7 +297,7 @@ class Agent:
                     return self._reject_answer(ep, raw, P.NO_REASONING_ANSWER)
             return self._answer(ep, raw)
 
-        ep.turns[-1]["kind"] = "content"
+        ep.turns[-1].kind = "content"
         if "<tool_call>" in raw or '"name"' in raw:
             c["malformed_calls"] += 1     # an attempted call the lenient parser could not read
         c["format_errors"] += 1
@@ -306,7 +307,7 @@ class Agent:
     def _reject_call(self, ep: _Episode, raw: str, rec: dict, message: str) -> None:
         ep.counts["rejected_calls"] += 1
         ep.counts["format_errors"] += 1
-        ep.calls.append({**rec, "status": "rejected", "reason": message})
+        ep.calls.append(Call(**rec, status="rejected", reason=message))
         self._say(ep, raw, self._user(message))
 
     def _reject_answer(self, ep: _Episode, raw: str, message: str) -> None:
@@ -315,10 +316,10 @@ class Agent:
 
     def _answer(self, ep: _Episode, raw: str) -> None:
         if ep.verifying and extract_boxed(raw) == extract_boxed(ep.pending_answer or ""):
-            ep.decisions.append({"hook": "on_answer", "round": ep.round, "decision": "stop_no_progress"})
+            ep.decisions.append(Decision(hook="on_answer", round=ep.round, decision="stop_no_progress"))
         elif ep.continues < self.cfg.max_continues:
             decision = self.hooks.on_answer(ep.view(self.cfg.mode), raw)
-            ep.decisions.append({"hook": "on_answer", "round": ep.round, "decision": decision})
+            ep.decisions.append(Decision(hook="on_answer", round=ep.round, decision=decision))
             if decision == "continue":
                 ep.continues += 1
                 ep.verifying, ep.pending_answer = True, raw
@@ -329,32 +330,23 @@ class Agent:
         ep.final_response, ep.ended = raw, "answer"
 
     # ------------------------------------------------------------------ output record
-    def _record(self, ep: _Episode) -> dict:
+    def _record(self, ep: _Episode) -> Trajectory:
         t, cfg = ep.task, self.cfg
-        return {
-            "schema_version": SCHEMA_VERSION,
-            "task_id": t.id, "env": t.env.name, "category": t.category, "difficulty": t.difficulty, "split": t.split,
-            "expected_steps": t.expected_steps,
-            "mode": cfg.mode, "reasoning": cfg.reasoning, "call_format": self.call_format,
-            "policy": self.backend.fingerprint,
-            "decoding": {"temperature": cfg.temperature, "top_p": cfg.top_p, "max_new_tokens": cfg.max_new_tokens,
-                         "seed": cfg.seed, "max_rounds": cfg.max_rounds},
-            "messages": ep.messages, "turns": ep.turns, "calls": ep.calls, "decisions": ep.decisions,
-            "final_response": ep.final_response, "answer": extract_boxed(ep.final_response),
-            "gold": t.answer, "correct": is_correct(ep.final_response, t.answer),
-            "rounds": len(ep.turns), "ended": ep.ended, **ep.counts,
-            "generation_tokens": ep.generation_tokens, "appended_prompt_tokens": ep.appended_tokens,
-            "token_cost": token_cost(ep.generation_tokens, ep.appended_tokens),
-            **self._interventions(),
-        }
-
-    def _interventions(self) -> dict:
-        """The factorized-framework settings that differ from the defaults (none: the record is unchanged)."""
-        cfg, out = self.cfg, {}
-        if cfg.tool_access != "real":
-            out["tool_access"] = cfg.tool_access
-        if cfg.max_tool_calls is not None:
-            out["max_tool_calls"] = cfg.max_tool_calls
-        if not cfg.reasoning_check:
-            out["reasoning_check"] = False
-        return out
+        return Trajectory(
+            task_id=t.id, env=t.env.name, category=t.category, difficulty=t.difficulty, split=t.split,
+            expected_steps=t.expected_steps,
+            mode=cfg.mode, reasoning=cfg.reasoning, call_format=self.call_format,
+            policy=self.backend.fingerprint,
+            decoding={"temperature": cfg.temperature, "top_p": cfg.top_p, "max_new_tokens": cfg.max_new_tokens,
+                      "seed": cfg.seed, "max_rounds": cfg.max_rounds},
+            messages=ep.messages, turns=ep.turns, calls=ep.calls, decisions=ep.decisions,
+            final_response=ep.final_response, answer=extract_boxed(ep.final_response),
+            gold=t.answer, correct=is_correct(ep.final_response, t.answer),
+            rounds=len(ep.turns), ended=ep.ended, **ep.counts,
+            generation_tokens=ep.generation_tokens, appended_prompt_tokens=ep.appended_tokens,
+            token_cost=token_cost(ep.generation_tokens, ep.appended_tokens),
+            # The factorized-framework settings that differ from the defaults (none: the record is unchanged).
+            tool_access=cfg.tool_access if cfg.tool_access != "real" else None,
+            max_tool_calls=cfg.max_tool_calls,
+            reasoning_check=False if not cfg.reasoning_check else None,
+        ).validate()     # a loop bug fails here, at its episode, not when the file is read back

@@ -15,8 +15,10 @@ import json
 from typing import Any, Hashable, Sequence
 
 import torch
+from transformers import DynamicCache, LogitsProcessorList
 
 from .base import Backend, Generation, PrefillState, SamplingParams
+from .chat import ChatText
 
 # Config keys that say nothing about the weights' function (paths, versions, dtype bookkeeping).
 _VOLATILE_CONFIG_KEYS = {"_name_or_path", "transformers_version", "quantization_config", "torch_dtype", "dtype",
@@ -28,55 +30,10 @@ def config_hash(config: Any) -> str:
     return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
-def tool_system_block(tools: Sequence[dict]) -> str:
-    """Tool listing for chat templates that ignore ``tools=`` (SmolLM2's does). Hermes/Qwen wording,
-    the format When2Tool's xml-format models are prompted with."""
-    lines = "\n".join(json.dumps(t, ensure_ascii=False) for t in tools)
-    return (
-        "# Tools\n\nYou may call one of the following functions to assist with the user query.\n\n"
-        "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n"
-        f"{lines}\n</tools>\n\nFor a function call, return a json object with function name and arguments "
-        'within <tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": '
-        "<args-json-object>}\n</tool_call>"
-    )
-
-
-def render_chat(tokenizer, messages: Sequence[dict], tools: Sequence[dict] | None = None, *,
-                add_generation_prompt: bool = True) -> str:
-    """The prompt text for ``messages`` with ``tools``: the chat template, and for templates that ignore
-    ``tools=`` the tool listing appended to the system message. The one renderer used by the agent at run
-    time and by SFT tokenization at training time, so a fine-tune sees exactly the inference prompt."""
-    messages = [dict(m) for m in messages]
-    kwargs: dict[str, Any] = {}
-    if tools:
-        if "tools" in (tokenizer.chat_template or ""):
-            kwargs["tools"] = list(tools)
-        else:
-            block = tool_system_block(tools)
-            if messages and messages[0]["role"] == "system":
-                messages[0]["content"] = messages[0]["content"] + "\n\n" + block
-            else:
-                messages.insert(0, {"role": "system", "content": block})
-    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt,
-                                         **kwargs)
-
-
 def weights_fingerprint(model_id: str, config: Any, adapter: str | None) -> str:
     """Stable id of the exact weights: model id + config hash + adapter; the same on every engine that
     loads them, so results are attributed to one policy whichever engine produced them."""
     return f"{model_id}@{config_hash(config)}" + (f"+{adapter}" if adapter else "")
-
-
-class ChatText:
-    """``render`` and ``count_tokens`` from a local tokenizer: every backend shares the one renderer."""
-
-    tokenizer: Any
-
-    def render(self, messages: Sequence[dict], tools: Sequence[dict] | None = None) -> str:
-        return render_chat(self.tokenizer, messages, tools)
-
-    def count_tokens(self, text: str) -> int:
-        return len(self.tokenizer(text, add_special_tokens=False).input_ids)
 
 
 def _position_ids(mask: torch.Tensor) -> torch.Tensor:
@@ -239,7 +196,6 @@ class HFBackend(ChatText, Backend):
             extra = {self._cache_kw: cache} if cache is not None else {}
             recorder = _LogprobRecorder() if return_logprobs else None
             if recorder is not None:
-                from transformers import LogitsProcessorList
                 extra["logits_processor"] = LogitsProcessorList([recorder])
             out = self.model.generate(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"], **kw, **extra)
             new = out.sequences[:, enc["input_ids"].shape[1]:]
@@ -287,8 +243,6 @@ class HFBackend(ChatText, Backend):
                "reused": reuse}
         if past == 0:
             return idx, enc, None
-        from transformers import DynamicCache
-
         cache = DynamicCache()
         (heads, dim), dtype = self._kv_shape, self.model.dtype
         for layer in range(self.n_layers):

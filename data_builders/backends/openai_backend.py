@@ -1,7 +1,7 @@
 """OpenAI-compatible client backend: drive the agent with a model served elsewhere (a vLLM server, or any
 server with the Completions API).
 
-    python -m data_builders.rollout backend=openai backend.base_url=http://127.0.0.1:8000/v1 model=smollm2
+    python -m data_builders.rollout backend=openai backend.base_url=http://127.0.0.1:8000/v1 model=smollm2_base
 
 The agent renders prompts itself (chat template + tool listing, as with every backend), so this backend
 sends rendered prompts to ``/v1/completions`` and counts tokens with the local tokenizer of the named
@@ -17,8 +17,10 @@ from __future__ import annotations
 
 from typing import Any, Hashable, Sequence
 
+from transformers import AutoConfig, AutoTokenizer
+
 from .base import Backend, Generation, PrefillState, SamplingParams
-from .hf import ChatText
+from .chat import ChatText
 
 OPENAI_INSTALL_HINT = "The OpenAI-compatible backend needs the openai client: pip install '.[openai]'"
 
@@ -33,11 +35,9 @@ class OpenAIBackend(ChatText, Backend):
 
     def __init__(self, *, base_url: str, tokenizer: str, model: str | None = None, api_key: str = "EMPTY",
                  max_concurrency: int = 32, timeout_s: float = 600, vllm_extras: bool = True, client=None):
-        from transformers import AutoConfig, AutoTokenizer
-
         if client is None:
             try:
-                import openai
+                import openai   # why: optional extra (.[openai]); tests pass a client and need none
             except ImportError as e:
                 raise ImportError(OPENAI_INSTALL_HINT) from e
             client = openai.OpenAI(base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=2)

@@ -21,8 +21,11 @@ import logging
 import os
 from typing import Any, Hashable, Sequence
 
+from transformers import AutoConfig, AutoTokenizer
+
 from .base import Backend, Generation, PrefillState, SamplingParams
-from .hf import ChatText, weights_fingerprint
+from .chat import ChatText
+from .hf import weights_fingerprint
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +49,7 @@ def vllm_environment(device: str, cache_dir: str, kv_cache_gib: float, threads: 
 
 def import_vllm():
     try:
-        import vllm  # noqa: F401
+        import vllm  # why: optional extra (.[vllm]); this module must import without it
     except ImportError as e:
         raise ImportError(f"{VLLM_INSTALL_HINT} ({e})") from e
     return vllm
@@ -59,8 +62,6 @@ class VLLMBackend(ChatText, Backend):
                  device: str = "cpu", max_model_len: int | None = None, gpu_memory_utilization: float = 0.85,
                  enforce_eager: bool | None = None, enable_prefix_caching: bool = True, seed: int = 0,
                  hf_loader=None, engine_kwargs: dict[str, Any] | None = None):
-        from transformers import AutoConfig, AutoTokenizer
-
         vllm = import_vllm()
         self.model_dir = model_dir
         self.model_id = model_id
@@ -120,7 +121,7 @@ class VLLMBackend(ChatText, Backend):
     def generate(self, prompts: Sequence[str], params: SamplingParams = SamplingParams(), *,
                  prefill_state: PrefillState | None = None, return_logprobs: bool = False,
                  cache_keys: Sequence[Hashable] | None = None) -> list[Generation]:
-        from vllm.inputs import TokensPrompt
+        from vllm.inputs import TokensPrompt   # why: optional extra, see import_vllm
 
         prompts = list(prompts)   # cache_keys: nothing to keep, vLLM's prefix cache reuses each episode's KV
         if prefill_state is not None:

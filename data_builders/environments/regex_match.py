@@ -17,10 +17,12 @@ A whitespace-only ``operation`` counts as empty, i.e. ``findall``.
 from __future__ import annotations
 
 import ast
+import inspect
 import math
 import re
 from typing import Any, ClassVar
 
+from . import regex_worker
 from .base import ToolEnvironment
 from .sandbox import SandboxLimits, run_python
 
@@ -106,22 +108,8 @@ def backtracking_bound(pattern: str, text_length: int) -> float:
     return math.exp(log_steps) if log_steps < 700 else math.inf
 
 
-# Runs in the sandbox. The inputs arrive as literals; the answer leaves as the repr of a literal.
-_CHILD = """
-import re
-op, regex, text, repl = {args!r}
-try:
-    if op == "findall":
-        out = re.findall(regex, text)
-    elif op == "sub":
-        out = re.sub(regex, repl, text)
-    else:
-        m = getattr(re, op)(regex, text)
-        out = None if m is None else (m.group(0), m.groups(), m.span())
-    print(repr(("ok", out)))
-except re.error as exc:
-    print(repr(("error", str(exc))))
-"""
+# The sandboxed run: the worker module's source plus a call of its ``main`` on the inputs as literals.
+_WORKER_SOURCE = inspect.getsource(regex_worker)
 
 
 class RegexMatchEnv(ToolEnvironment):
@@ -163,18 +151,13 @@ class RegexMatchEnv(ToolEnvironment):
                 and backtracking_bound(regex, len(text)) > IN_PROCESS_STEP_BUDGET):
             return self._run_sandboxed(op, regex, text, repl)
         # Safe (or a type error the re module reports itself): run in-process like the original.
-        if op == "findall":
-            return "ok", re.findall(regex, text)
-        if op == "sub":
-            return "ok", re.sub(regex, repl, text)
-        m = getattr(re, op)(regex, text)
-        return "ok", None if m is None else (m.group(0), m.groups(), m.span())
+        return "ok", regex_worker.apply(op, regex, text, repl)
 
     def _run_sandboxed(self, op: str, regex: str, text: str, repl: str | None) -> tuple[str, Any]:
         limit = self.risky_time_limit_s
         # Output can legitimately be large (a lookahead capture per position: ~n^2/2 characters).
         limits = SandboxLimits(wall_s=limit, cpu_s=limit, memory_mb=1024, max_output_bytes=64_000_000)
-        result = run_python(_CHILD.format(args=(op, regex, text, repl)), limits)
+        result = run_python(f"{_WORKER_SOURCE}\nmain({(op, regex, text, repl)!r})\n", limits)
         if result.error_kind == "timeout":
             raise TimeoutError(f"regex evaluation exceeded the {limit:g}s limit (catastrophic backtracking)")
         if result.error_kind == "memory":

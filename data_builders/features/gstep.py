@@ -58,6 +58,7 @@ import numpy as np
 from ..agent import prompts as P
 from ..agent.hooks import EpisodeView
 from ..agent.parsing import reasoning_present
+from ..agent.trajectory import Call, Turn
 from ..metrics.scoring import BOXED_OPEN, boxed_span, compare_values, extract_boxed, normalize_scalar
 
 FEATURIZER_NAME = "gstep"
@@ -307,10 +308,10 @@ def _substr(norm_answer: str, value: Any) -> bool:
         return False
 
 
-def _lp_list(turn: dict | None) -> list[float] | None:
-    if not isinstance(turn, dict):
+def _lp_list(turn: Turn | None) -> list[float] | None:
+    if turn is None:
         return None
-    lps = turn.get("logprobs")
+    lps = turn.logprobs
     if lps is None:
         return None
     out = []
@@ -341,10 +342,10 @@ def _lp_stats(lps: list[float] | None) -> dict[str, float]:
     }
 
 
-def _box_tokens(turn: dict, lps: list[float]) -> list[float] | None:
+def _box_tokens(turn: Turn, lps: list[float]) -> list[float] | None:
     """Log-probs of the tokens inside the first box, located by proportional char->token mapping."""
-    text = turn.get("text") or ""
-    prefill = turn.get("prefill_text") or ""
+    text = turn.text or ""
+    prefill = turn.prefill_text or ""
     generated = text[len(prefill):] if prefill and text.startswith(prefill) else text
     span = _box_span(generated)
     n, length = len(lps), len(generated)
@@ -356,11 +357,11 @@ def _box_tokens(turn: dict, lps: list[float]) -> list[float] | None:
     return lps[t0:t1]
 
 
-def _signature(call: dict) -> str:
+def _signature(call: Call) -> str:
     try:
-        return json.dumps({"name": call.get("name"), "args": call.get("args")}, sort_keys=True, default=str)
+        return json.dumps({"name": call.name, "args": call.args}, sort_keys=True, default=str)
     except Exception:  # noqa: BLE001 - unsortable keys etc.
-        return repr((call.get("name"), call.get("args")))
+        return repr((call.name, call.args))
 
 
 def _is_tool_response(msg: Any) -> bool:
@@ -397,17 +398,17 @@ def gstep_features(view: EpisodeView, answer_text: str) -> np.ndarray:
     """
     text = answer_text if isinstance(answer_text, str) else ""
     task = view.task
-    turns = [t for t in (view.turns or []) if isinstance(t, dict)]
-    calls = [c for c in (view.calls or []) if isinstance(c, dict)]
+    turns = list(view.turns or [])
+    calls = list(view.calls or [])
     messages = list(view.messages or [])
     f: dict[str, float] = {}
 
     # ---- 1. trajectory
-    executed = [c for c in calls if c.get("status") == "executed"]
-    skipped = [c for c in calls if c.get("status") == "skipped"]
-    rejected = [c for c in calls if c.get("status") == "rejected"]
-    errors = [c for c in executed if c.get("ok") is False
-              or (isinstance(c.get("result"), dict) and c["result"].get("success") is False)]
+    executed = [c for c in calls if c.status == "executed"]
+    skipped = [c for c in calls if c.status == "skipped"]
+    rejected = [c for c in calls if c.status == "rejected"]
+    errors = [c for c in executed if c.ok is False
+              or (isinstance(c.result, dict) and c.result.get("success") is False)]
     error_ids = {id(c) for c in errors}
     seen, repeats = set(), 0
     for c in calls:
@@ -426,7 +427,7 @@ def gstep_features(view: EpisodeView, answer_text: str) -> np.ndarray:
         mode = ""
     last_ctx = 0
     if answer_turn is not None:
-        last_ctx = int(answer_turn.get("context_len") or 0) + int(answer_turn.get("decode_tokens") or 0)
+        last_ctx = answer_turn.context_len + answer_turn.decode_tokens
 
     f["traj_round"] = float(min(max(round_, 0), 1024))
     f["traj_n_turns"] = float(min(len(turns), 1024))
@@ -435,25 +436,25 @@ def gstep_features(view: EpisodeView, answer_text: str) -> np.ndarray:
     f["traj_calls_rejected"] = _log1p(len(rejected))
     f["traj_tool_errors"] = _log1p(len(errors))
     f["traj_tool_error_frac"] = len(errors) / len(executed) if executed else 0.0
-    f["traj_distinct_tools"] = _log1p(len({str(c.get("name")) for c in executed}))
+    f["traj_distinct_tools"] = _log1p(len({c.name for c in executed}))
     f["traj_repeated_calls"] = _log1p(repeats)
-    f["traj_format_error_turns"] = _log1p(sum(t.get("kind") == "content" for t in turns))
+    f["traj_format_error_turns"] = _log1p(sum(t.kind == "content" for t in turns))
     f["traj_rejected_answers"] = _log1p(sum(u in _ANSWER_REJECTIONS for u in user_texts))
-    f["traj_prev_answer_turns"] = _log1p(sum(t.get("kind") == "answer" for t in prev_turns))
+    f["traj_prev_answer_turns"] = _log1p(sum(t.kind == "answer" for t in prev_turns))
     f["traj_is_verification"] = _flag(any(u == P.VERIFY_PROMPT for u in user_texts))
     f["traj_after_tool_result"] = _flag(_is_tool_response(last_msg))
     f["traj_after_executed_call"] = _flag(_is_tool_response(last_msg) and last_call is not None
-                                          and last_call.get("status") == "executed")
-    since = round_ - int(last_call.get("round", round_)) if last_call is not None else round_ + 1
+                                          and last_call.status == "executed")
+    since = round_ - last_call.round if last_call is not None else round_ + 1
     f["traj_rounds_since_call"] = float(min(max(since, 0), 64))
     f["traj_has_calls"] = _flag(calls)
-    f["traj_decode_tokens"] = _log1p(sum(int(t.get("decode_tokens") or 0) for t in turns))
-    f["traj_prefill_tokens"] = _log1p(sum(int(t.get("prefill_tokens") or 0) for t in turns))
-    f["traj_new_tokens"] = _log1p(sum(int(t.get("new_tokens") or 0) for t in turns))
+    f["traj_decode_tokens"] = _log1p(sum(t.decode_tokens for t in turns))
+    f["traj_prefill_tokens"] = _log1p(sum(t.prefill_tokens for t in turns))
+    f["traj_new_tokens"] = _log1p(sum(t.new_tokens or 0 for t in turns))
     f["traj_context_len"] = _log1p(last_ctx)
-    f["traj_ans_decode_tokens"] = _log1p(int(answer_turn.get("decode_tokens") or 0) if answer_turn else 0)
-    f["traj_ans_truncated"] = _flag(answer_turn is not None and answer_turn.get("finish_reason") == "length")
-    f["traj_prefilled"] = _flag(turns and turns[0].get("round", 0) == 0 and bool(turns[0].get("prefill_text")))
+    f["traj_ans_decode_tokens"] = _log1p(answer_turn.decode_tokens if answer_turn else 0)
+    f["traj_ans_truncated"] = _flag(answer_turn is not None and answer_turn.finish_reason == "length")
+    f["traj_prefilled"] = _flag(turns and turns[0].round == 0 and bool(turns[0].prefill_text))
     f["traj_reasoning_mode"] = _flag(any(isinstance(u, str) and P.REASONING_LINE in u for u in user_texts[:1]))
     f.update(_onehot("traj_mode_", P.MODES, mode))
     f.update(_onehot("traj_difficulty_", DIFFICULTY_VALUES, task.difficulty))
@@ -469,16 +470,16 @@ def gstep_features(view: EpisodeView, answer_text: str) -> np.ndarray:
     answer = extract_boxed(text)            # exactly what scoring compares with the gold
     norm_answer = normalize_scalar(answer) if answer else ""
     answer_num = _to_number(answer)
-    primaries = [_primary_value(c.get("result")) for c in executed]
+    primaries = [_primary_value(c.result) for c in executed]
     with_value = [v for v in primaries if v is not _NO_VALUE]
     last_exec = executed[-1] if executed else None
     last_primary = primaries[-1] if primaries else _NO_VALUE
     leaves_last: list = []
     if last_exec is not None:
-        _leaves(last_exec.get("result"), leaves_last, MAX_LEAVES)
+        _leaves(last_exec.result, leaves_last, MAX_LEAVES)
     leaves_all: list = []
     for c in executed:
-        _leaves(c.get("result"), leaves_all, MAX_LEAVES)
+        _leaves(c.result, leaves_all, MAX_LEAVES)
     last_numeric = None
     for v in reversed(with_value):
         last_numeric = _to_number(v)
@@ -511,14 +512,14 @@ def gstep_features(view: EpisodeView, answer_text: str) -> np.ndarray:
     f["agree_num_log_abs_diff"] = float(min(max(logabs, 0.0), 50.0))
     f["agree_num_exact"] = _flag(has_numeric and exact)
     f["agree_num_close"] = _flag(has_numeric and rel < 1e-3)
-    f["agree_last_call_errored"] = _flag(last_call is not None and last_call.get("status") == "executed"
+    f["agree_last_call_errored"] = _flag(last_call is not None and last_call.status == "executed"
                                          and id(last_call) in error_ids)
-    f["agree_last_call_skipped"] = _flag(last_call is not None and last_call.get("status") == "skipped")
-    f["agree_last_call_rejected"] = _flag(last_call is not None and last_call.get("status") == "rejected")
+    f["agree_last_call_skipped"] = _flag(last_call is not None and last_call.status == "skipped")
+    f["agree_last_call_rejected"] = _flag(last_call is not None and last_call.status == "rejected")
     f["agree_last_result_no_value"] = _flag(last_exec is not None and id(last_exec) not in error_ids
                                             and last_primary is _NO_VALUE)
     f["agree_num_in_instruction"] = _flag(answer_num is not None and any(answer_num == v for v in instr_numbers))
-    prev_answers = [extract_boxed(t.get("text") or "") for t in prev_turns if t.get("kind") == "answer"]
+    prev_answers = [extract_boxed(t.text or "") for t in prev_turns if t.kind == "answer"]
     f["agree_eq_prev_answer"] = _flag(answer and any(p and compare_values(answer, p) for p in prev_answers))
 
     # ---- 3. answer form

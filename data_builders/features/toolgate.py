@@ -54,14 +54,14 @@ def _latest_reasoning(messages: Sequence[dict]) -> str:
 
 
 def summary_text(view: Any, call: Any) -> str:
-    earlier = [c for c in view.calls if c.get("status") == "executed"][-CAPS["earlier_calls"]:]
+    earlier = [c for c in view.calls if c.status == "executed"][-CAPS["earlier_calls"]:]
     parts = [f"Question: {_cut(view.task.instruction, CAPS['question'])}"]
     reasoning = _latest_reasoning(view.messages)
     if reasoning:
         parts.append(f"Reasoning: {_cut(reasoning, CAPS['reasoning'])}")
     for c in earlier:
-        out = json.dumps(c.get("result"), ensure_ascii=False, default=str)
-        parts.append(f"Earlier call: {_cut(_call_text(c['name'], c.get('args')), CAPS['call'])} -> "
+        out = json.dumps(c.result, ensure_ascii=False, default=str)
+        parts.append(f"Earlier call: {_cut(_call_text(c.name, c.args), CAPS['call'])} -> "
                      f"{_cut(out, CAPS['output'])}")
     parts.append(f"Pending call: {_cut(_call_text(call.name, call.arguments), CAPS['call'])}")
     text = "\n".join(parts)
@@ -72,15 +72,15 @@ def summary_text(view: Any, call: Any) -> str:
 
 
 def structural_features(view: Any, call: Any) -> np.ndarray:
-    executed = [c for c in view.calls if c.get("status") == "executed"]
+    executed = [c for c in view.calls if c.status == "executed"]
     signature = _call_text(call.name, call.arguments)
     vocab = tool_vocabulary()
     onehot = np.zeros(len(vocab), dtype=np.float32)
     onehot[vocab.index(call.name) if call.name in vocab else len(vocab) - 1] = 1.0
     head = np.array([min(view.round, MAX_STEPS) / MAX_STEPS,
                      float(not executed),
-                     float(any(c["name"] == call.name for c in executed)),
-                     float(any(_call_text(c["name"], c.get("args")) == signature for c in executed))], dtype=np.float32)
+                     float(any(c.name == call.name for c in executed)),
+                     float(any(_call_text(c.name, c.args) == signature for c in executed))], dtype=np.float32)
     return np.concatenate([head, onehot])
 
 

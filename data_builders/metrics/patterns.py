@@ -59,11 +59,9 @@ protocol rejected never ran, so an arm whose controller skips calls shows the ef
   when the trajectory's ``env`` is a known environment). Calls rejected for the reasoning rule
   (``status == "rejected"``) are protocol violations, not call-format ones, and are not counted.
 
-Required fields (``ValueError`` naming the field and the task): ``task_id``, ``turns`` (a list) with
-``text`` on each turn, ``calls`` (a list) with ``name`` and ``round`` on each call. Everything else
-(``status``, ``ok``, ``error_kind``, ``result``, ``args``, ``kind``, ``prefill_text``, ``answer``,
-``final_response``, ``messages``, ``malformed_calls``, ``env``) is optional and recomputed or skipped
-when absent, so older trajectories still load.
+Input: typed :class:`~data_builders.agent.trajectory.Trajectory` objects, whose validator
+(``Trajectory.from_dict`` / ``validate``) guarantees every field used here; nothing is re-checked or
+guessed in this module.
 """
 from __future__ import annotations
 
@@ -73,10 +71,10 @@ from functools import lru_cache
 from typing import Any, Iterable, Mapping
 
 from data_builders.agent.parsing import has_boxed, parse_tool_call
-from data_builders.agent.trajectory import error_kind as payload_error_kind
-from data_builders.metrics.scoring import boxed_span, extract_boxed
+from data_builders.agent.trajectory import Call, Trajectory, Turn
+from data_builders.metrics.scoring import boxed_span
 
-__all__ = ["PATTERNS", "PATTERN_NAMES", "PatternFieldError", "detect", "count_patterns"]
+__all__ = ["PATTERNS", "PATTERN_NAMES", "detect", "count_patterns"]
 
 PATTERNS: tuple[tuple[str, str], ...] = (
     ("confirmatory_tool_use",
@@ -100,89 +98,16 @@ _MAX_ANSWER_CHARS = 500
 _FENCE = "```"
 
 
-class PatternFieldError(ValueError):
-    """A trajectory lacks a field the detectors need, or holds it with the wrong type."""
+def _executed(calls: list[Call]) -> list[Call]:
+    return [c for c in calls if c.status == "executed"]
 
 
-# ----------------------------------------------------------------------------------------- field access
-def _task_id(traj: Mapping) -> str:
-    return str(traj.get("task_id", "<no task_id>"))
-
-
-def _require(obj: Mapping, key: str, where: str, task: str, kind: type | tuple[type, ...] | None = None) -> Any:
-    if not isinstance(obj, Mapping):
-        raise PatternFieldError(f"task {task!r}: {where} is a {type(obj).__name__}, not a mapping")
-    if key not in obj:
-        raise PatternFieldError(f"task {task!r}: {where} has no {key!r} field")
-    value = obj[key]
-    if kind is not None and not isinstance(value, kind):
-        raise PatternFieldError(f"task {task!r}: {where} field {key!r} must be a "
-                                f"{getattr(kind, '__name__', kind)}, got {type(value).__name__}")
-    return value
-
-
-def _checked(traj: Mapping) -> tuple[str, list, list]:
-    if not isinstance(traj, Mapping):
-        raise PatternFieldError(f"a trajectory must be a mapping, got {type(traj).__name__}")
-    if "task_id" not in traj:
-        raise PatternFieldError("trajectory has no 'task_id' field (task '<no task_id>')")
-    task = _task_id(traj)
-    turns = _require(traj, "turns", "trajectory", task, (list, tuple))
-    calls = _require(traj, "calls", "trajectory", task, (list, tuple))
-    for i, turn in enumerate(turns):
-        _require(turn, "text", f"turn {i}", task, str)
-    for i, call in enumerate(calls):
-        _require(call, "name", f"call {i}", task)
-        rnd = _require(call, "round", f"call {i}", task, int)
-        if isinstance(rnd, bool):
-            raise PatternFieldError(f"task {task!r}: call {i} field 'round' must be an int, got bool")
-    return task, list(turns), list(calls)
-
-
-def _status(call: Mapping) -> str:
-    """``status`` when recorded; otherwise inferred like the loop writes it."""
-    status = call.get("status")
-    if isinstance(status, str):
-        return status
-    if "reason" in call and "result" not in call:
-        return "rejected"
-    if _error_kind(call) == "skipped":
-        return "skipped"
-    return "executed"
-
-
-def _error_kind(call: Mapping) -> str | None:
-    if "error_kind" in call:
-        return call["error_kind"]
-    result = call.get("result")
-    if isinstance(result, Mapping):
-        return payload_error_kind(dict(result))
-    if call.get("ok") is False:
-        return "tool_error"
-    return None
-
-
-def _executed(calls: list) -> list[Mapping]:
-    return [c for c in calls if _status(c) == "executed"]
-
-
-def _model_text(turn: Mapping) -> str:
+def _model_text(turn: Turn) -> str:
     """The turn's text without the controller's prefill (the loop stores ``prefill + generated``)."""
-    text = turn["text"]
-    prefill = turn.get("prefill_text") or ""
-    if isinstance(prefill, str) and prefill and text.startswith(prefill):
+    text, prefill = turn.text, turn.prefill_text
+    if prefill and text.startswith(prefill):
         return text[len(prefill):]
     return text
-
-
-def _turn_kind(turn: Mapping) -> str:
-    kind = turn.get("kind")
-    if kind in ("call", "answer", "content"):
-        return kind
-    text = turn["text"]
-    if parse_tool_call(text) is not None:
-        return "call"
-    return "answer" if has_boxed(text) else "content"
 
 
 def _before_call(text: str) -> str:
@@ -241,22 +166,16 @@ def _boxed_values(text: str) -> list[str]:
         pos += end + 1
 
 
-def _final_answer(traj: Mapping) -> str:
-    final = traj.get("final_response")
-    answer = traj.get("answer")
-    if not isinstance(answer, str):
-        answer = extract_boxed(final) if isinstance(final, str) else ""
+def _final_answer(traj: Trajectory) -> str:
+    final, answer = traj.final_response, traj.answer
     # extract_boxed returns the whole response for an empty box (scoring quirk): that is no answer.
-    if isinstance(final, str) and answer == final and has_boxed(final):
+    if answer == final and has_boxed(final):
         return ""
     return answer.strip()
 
 
-def _instruction(traj: Mapping) -> str:
-    for msg in traj.get("messages") or ():
-        if isinstance(msg, Mapping) and msg.get("role") == "user" and isinstance(msg.get("content"), str):
-            return msg["content"]
-    return ""
+def _instruction(traj: Trajectory) -> str:
+    return next((m["content"] for m in traj.messages if m["role"] == "user"), "")
 
 
 def _bare_matchable(answer: str, instruction: str) -> bool:
@@ -267,24 +186,22 @@ def _bare_matchable(answer: str, instruction: str) -> bool:
 
 
 # ------------------------------------------------------------------------------------------- detectors
-def _confirmatory(traj: Mapping, turns: list, calls: list) -> bool:
+def _confirmatory(traj: Trajectory) -> bool:
     answer = _final_answer(traj)
     bare = bool(answer) and _bare_matchable(answer, _instruction(traj))
-    by_round: dict[int, list[Mapping]] = {}
-    for call in calls:
-        by_round.setdefault(call["round"], []).append(call)
+    by_round: dict[int, list[Call]] = {}
+    for call in traj.calls:
+        by_round.setdefault(call.round, []).append(call)
     tool_texts: list[str] = []          # every tool result returned so far
     internal = False                    # the model has stated an answer no tool gave it
 
     def from_tools(value: str) -> bool:
         return any(_mentions(t, value) for t in tool_texts)
 
-    for index, turn in enumerate(turns):
-        rnd = turn.get("round", index)
-        rnd = rnd if isinstance(rnd, int) and not isinstance(rnd, bool) else index
-        round_calls = by_round.get(rnd, [])
+    for turn in traj.turns:
+        round_calls = by_round.get(turn.round, [])
         text = _model_text(turn)
-        kind = _turn_kind(turn)
+        kind = turn.kind
         if round_calls or kind == "call":
             text = _before_call(text)
         elif kind == "content" and "<tool_call>" in text:
@@ -295,16 +212,16 @@ def _confirmatory(traj: Mapping, turns: list, calls: list) -> bool:
                 candidates.append(answer)
             internal = any(not from_tools(v) for v in candidates)
         for call in round_calls:
-            if _status(call) != "executed":
+            if call.status != "executed":
                 continue
             if internal:
                 return True
-            tool_texts.append(_payload_text(call.get("result")))
+            tool_texts.append(_payload_text(call.result))
     return False
 
 
-def _tool_mixing(calls: list) -> bool:
-    names = {str(c["name"]) for c in _executed(calls) if _error_kind(c) != "unavailable_tool"}
+def _tool_mixing(calls: list[Call]) -> bool:
+    names = {c.name for c in _executed(calls) if c.error_kind != "unavailable_tool"}
     return len(names) > 1
 
 
@@ -330,18 +247,14 @@ def _stressed(result: Any) -> bool:
     return isinstance(result, Mapping) and str(result.get("message", "")).startswith(STRESSOR_MESSAGES)
 
 
-def _lack_of_tool_prior(calls: list) -> bool:
+def _lack_of_tool_prior(calls: list[Call]) -> bool:
     for call in _executed(calls):
-        result = call.get("result")
+        result = call.result
         if _stressed(result):
             continue
-        kind = _error_kind(call)
-        if kind in EXECUTION_ERRORS:
+        if call.error_kind in EXECUTION_ERRORS:
             return True
-        ok = call.get("ok")
-        if ok is None and isinstance(result, Mapping):
-            ok = result.get("success") is not False
-        if kind is None and ok is not False and isinstance(result, Mapping) and _empty_output(result):
+        if call.error_kind is None and call.ok and _empty_output(result):
             return True
     return False
 
@@ -359,44 +272,37 @@ def _schema_keys(env: str) -> dict[str, frozenset[str]] | None:
     return {s["name"]: frozenset(s.get("parameters", {}).get("properties", {})) for s in cls.schemas()}
 
 
-def _tool_format_collapse(traj: Mapping, turns: list, calls: list) -> bool:
-    malformed = traj.get("malformed_calls")
-    if isinstance(malformed, int) and not isinstance(malformed, bool) and malformed > 0:
+def _tool_format_collapse(traj: Trajectory) -> bool:
+    if traj.malformed_calls > 0:
         return True
-    for turn in turns:
-        if _turn_kind(turn) != "content":
+    for turn in traj.turns:
+        if turn.kind != "content":
             continue
-        text = turn["text"]
+        text = turn.text
         if "<tool_call>" in text or '"name"' in text or _FENCE in text:
             return True
-    env = traj.get("env")
-    schemas = _schema_keys(env) if isinstance(env, str) else None
-    for call in _executed(calls):
-        if _error_kind(call) in SCHEMA_ERRORS:
+    schemas = _schema_keys(traj.env)
+    for call in _executed(traj.calls):
+        if call.error_kind in SCHEMA_ERRORS:
             return True
-        args = call.get("args")
-        if schemas is not None and isinstance(args, Mapping) and str(call["name"]) in schemas:
-            if set(map(str, args)) - schemas[str(call["name"])]:
+        if schemas is not None and call.name in schemas:
+            if set(map(str, call.args)) - schemas[call.name]:
                 return True
     return False
 
 
 # ------------------------------------------------------------------------------------------- public API
-def detect(trajectory: Mapping) -> dict[str, bool]:
-    """Which of the four patterns one trajectory shows (keys: :data:`PATTERN_NAMES`).
-
-    Raises :class:`PatternFieldError` (a ``ValueError``) naming the field and the task when a required
-    field is missing; optional fields are recomputed or skipped (module docstring)."""
-    _, turns, calls = _checked(trajectory)
+def detect(trajectory: Trajectory) -> dict[str, bool]:
+    """Which of the four patterns one trajectory shows (keys: :data:`PATTERN_NAMES`)."""
     return {
-        "confirmatory_tool_use": _confirmatory(trajectory, turns, calls),
-        "tool_mixing": _tool_mixing(calls),
-        "lack_of_tool_prior": _lack_of_tool_prior(calls),
-        "tool_format_collapse": _tool_format_collapse(trajectory, turns, calls),
+        "confirmatory_tool_use": _confirmatory(trajectory),
+        "tool_mixing": _tool_mixing(trajectory.calls),
+        "lack_of_tool_prior": _lack_of_tool_prior(trajectory.calls),
+        "tool_format_collapse": _tool_format_collapse(trajectory),
     }
 
 
-def count_patterns(trajectories: Iterable[Mapping]) -> dict[str, int]:
+def count_patterns(trajectories: Iterable[Trajectory]) -> dict[str, int]:
     """Number of trajectories showing each pattern, plus ``n`` (trajectories seen)."""
     counts = {name: 0 for name in PATTERN_NAMES}
     n = 0

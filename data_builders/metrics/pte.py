@@ -10,7 +10,7 @@ must re-read the whole KV cache, so its cost grows with the context. PTE prices 
 into FLOPs by the hardware's operational intensity HOI (peak FLOP/s ÷ bandwidth, ``data_builders.metrics.hardware``),
 divided by the 2·N FLOPs of one prefill token. It is a property of a (model, hardware) pair.
 
-Per turn, in the field names the agent loop writes (``data_builders/agent/loop.py``, ``trajectory["turns"]``):
+Per turn, in the fields of the agent loop's typed turns (``data_builders/agent/trajectory.py``, ``Trajectory.turns``):
 
 * ``D_prefill_i`` = ``prefill_tokens``: the whole context at turn i — the paper assumes the tool call's pause
   evicts the KV cache, so every turn re-prefills everything. ``cache_reuse=True`` uses ``new_tokens`` (context
@@ -35,12 +35,13 @@ from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any, Iterable, Mapping
 
+from data_builders.agent.trajectory import Trajectory, TrajectoryError, Turn
 from data_builders.metrics.hardware import DEFAULT_HARDWARE, PROFILES, HardwareProfile, get_profile
 
 __all__ = [
     "DEFAULT_HARDWARE", "PROFILES", "HardwareProfile", "get_profile",
     "gamma", "param_count", "gamma_from_config", "gamma_for_backend", "config_of",
-    "TrajectoryFieldError", "turn_cost", "pte_per_turn", "pte", "trajectory_pte", "PTEConfig",
+    "turn_cost", "pte_per_turn", "pte", "trajectory_pte", "PTEConfig",
 ]
 
 PARAM_CONVENTIONS = ("non_embedding", "total")
@@ -222,58 +223,42 @@ def gamma_for_backend(backend: Any, hardware: str | HardwareProfile | Mapping = 
 
 
 # ---------------------------------------------------------------------------------------------------- PTE
-class TrajectoryFieldError(ValueError):
-    """A trajectory or turn lacks a field PTE needs (or holds a value that is not a token count)."""
-
-
-def _count(turn: Mapping, key: str, index: int) -> float:
-    if key not in turn:
-        raise TrajectoryFieldError(f"turn {index} has no {key!r}, which PTE needs "
-                                   f"(it has: {', '.join(map(str, turn)) or 'nothing'})")
-    value = turn[key]
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise TrajectoryFieldError(f"turn {index}: {key!r} must be a non-negative token count, got {value!r}")
-    return value
-
-
 def _check_gamma(g: float) -> float:
     if isinstance(g, bool) or not isinstance(g, (int, float)) or not math.isfinite(g) or g < 0:
         raise ValueError(f"gamma must be a non-negative number, got {g!r}")
     return float(g)
 
 
-def turn_cost(turn: Mapping, gamma: float, *, cache_reuse: bool = False, index: int = 0) -> tuple[float, float]:
+def turn_cost(turn: Turn, gamma: float, *, cache_reuse: bool = False, index: int = 0) -> tuple[float, float]:
     """(prefill, decode) PTE of one turn: ``prefill_tokens`` (or ``new_tokens``) and
-    γ·``context_len``·``decode_tokens``. ``index`` only names the turn in errors."""
-    if not isinstance(turn, Mapping):
-        raise TrajectoryFieldError(f"turn {index} is a {type(turn).__name__}, not a mapping of token counts")
-    prefill = _count(turn, "new_tokens" if cache_reuse else "prefill_tokens", index)
-    decode = _check_gamma(gamma) * _count(turn, "context_len", index) * _count(turn, "decode_tokens", index)
+    γ·``context_len``·``decode_tokens``. ``index`` only names the turn in errors. The token counts were
+    checked by the trajectory's validator; ``new_tokens`` is the one a record may lack (files written before
+    the loop recorded it), so cache-reuse PTE refuses such a turn."""
+    prefill = turn.new_tokens if cache_reuse else turn.prefill_tokens
+    if prefill is None:
+        raise TrajectoryError(None, f"turns[{index}].new_tokens", "not recorded, and cache-reuse PTE needs it")
+    decode = _check_gamma(gamma) * turn.context_len * turn.decode_tokens
     return float(prefill), decode
 
 
-def pte_per_turn(turns: Iterable[Mapping], gamma: float, *, cache_reuse: bool = False) -> list[float]:
+def pte_per_turn(turns: Iterable[Turn], gamma: float, *, cache_reuse: bool = False) -> list[float]:
     """Each turn's PTE (the paper's per-step figure, Fig. 5)."""
     return [sum(turn_cost(t, gamma, cache_reuse=cache_reuse, index=i)) for i, t in enumerate(turns)]
 
 
-def pte(turns: Iterable[Mapping], gamma: float, *, cache_reuse: bool = False) -> float:
+def pte(turns: Iterable[Turn], gamma: float, *, cache_reuse: bool = False) -> float:
     """Σ_turns (prefill_i + γ · context_len_i · decode_i); prefill_i is the whole context (``prefill_tokens``,
     full KV eviction as in the paper) or, with ``cache_reuse``, the tokens new since the last turn."""
     return float(sum(pte_per_turn(turns, gamma, cache_reuse=cache_reuse)))
 
 
-def trajectory_pte(trajectory: Mapping, gamma: float, *, cache_reuse: bool = False) -> float:
-    """PTE of one trajectory record (one line of ``trajectories.jsonl``: its ``turns``). A trajectory with no
-    turns (e.g. the prompt exceeded the context before any generation) costs 0."""
-    if not isinstance(trajectory, Mapping) or "turns" not in trajectory:
-        ident = trajectory.get("task_id") if isinstance(trajectory, Mapping) else None
-        raise TrajectoryFieldError(f"trajectory{f' {ident!r}' if ident else ''} has no 'turns' list "
-                                   f"(the agent loop's per-turn token counts)")
-    turns = trajectory["turns"]
-    if not isinstance(turns, (list, tuple)):
-        raise TrajectoryFieldError(f"trajectory 'turns' must be a list, got {type(turns).__name__}")
-    return pte(turns, gamma, cache_reuse=cache_reuse)
+def trajectory_pte(trajectory: Trajectory, gamma: float, *, cache_reuse: bool = False) -> float:
+    """PTE of one trajectory (one line of ``trajectories.jsonl``: its ``turns``). A trajectory with no turns
+    (e.g. the prompt exceeded the context before any generation) costs 0."""
+    try:
+        return pte(trajectory.turns, gamma, cache_reuse=cache_reuse)
+    except TrajectoryError as e:
+        raise TrajectoryError(trajectory.task_id, e.field, e.problem) from None
 
 
 @dataclass(frozen=True)
@@ -298,5 +283,5 @@ class PTEConfig:
             raise TypeError("PTEConfig without a fixed gamma needs a backend or model config")
         return gamma_from_config(config_of(backend_or_config), self.profile, params=self.params)
 
-    def trajectory_pte(self, trajectory: Mapping, gamma: float) -> float:
+    def trajectory_pte(self, trajectory: Trajectory, gamma: float) -> float:
         return trajectory_pte(trajectory, gamma, cache_reuse=self.cache_reuse)

@@ -4,7 +4,7 @@ A solver is ``solve(task, call) -> str``: it reads ``task.instruction``, calls t
 ``call(name, arguments) -> payload`` (the task's real environment, through the full SPEC §2.2
 pipeline; a payload with ``success: false`` raises ``OracleParseError``) and returns the text that goes
 inside ``\\boxed{}``. Solvers live one module per environment in ``solvers/``; each module exports
-``SOLVERS = {(env_name, multi_step): solve}``.
+``SOLVERS = {(env_name, multi_step): solve}``; the contract they share is in ``base.py``.
 
 The oracle proves the environments reproduce the benchmark's gold answers and supplies the
 tool-use demonstrations for SFT (``sft.py``).
@@ -13,22 +13,17 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from ..environments import make_environment
 from ..metrics.scoring import compare_values
 from ..tasks.schema import Task
-
-CallFn = Callable[[str, dict], dict]
-Solver = Callable[[Task, CallFn], str]
+from .base import OracleParseError, Solver
+from .solvers import SOLVERS
 
 # SPEC §8: reading a passage or retrieving by search is not mechanical, and CodeExecutor multi-hop
 # steps 2-3 are prose. These environments are reported but not held to 100%.
 NON_DETERMINISTIC = frozenset({"RetrieverEnv", "HistoricalYearEnv", "GameRuleEnv"})
-
-
-class OracleParseError(ValueError):
-    """The solver could not parse the instruction (a task outside the generator's templates)."""
 
 
 @dataclass
@@ -58,8 +53,6 @@ class OracleRun:
 
 
 def solver_for(task: Task) -> Solver:
-    from .solvers import SOLVERS
-
     key = (task.env.name, bool(task.multi_step))
     if key not in SOLVERS:
         raise KeyError(f"no oracle solver for {task.env.name} (multi_step={task.multi_step}); "

@@ -22,9 +22,16 @@ from collections import Counter
 from pathlib import Path
 from typing import Iterable, Sequence
 
+import hydra
+from datasets import Dataset
+from omegaconf import DictConfig, OmegaConf
+
+from recipes import CONFIG_DIR
+
 from ..agent import prompts as P
 from ..environments import make_environment
 from ..environments.base import serialize
+from ..tasks import tasks_from_config
 from ..tasks.schema import Task
 from .core import OracleRun, run_oracle
 
@@ -103,8 +110,6 @@ def build_examples(tasks: Iterable[Task], *, modes: Sequence[str] = ("default",)
 
 
 def write_parquet(rows: list[dict], path: str | Path) -> Path:
-    from datasets import Dataset
-
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp.parquet")
@@ -114,13 +119,6 @@ def write_parquet(rows: list[dict], path: str | Path) -> Path:
 
 
 def main() -> None:
-    import hydra
-    from omegaconf import DictConfig, OmegaConf
-
-    from recipes import CONFIG_DIR
-
-    from ..tasks import tasks_from_config
-
     @hydra.main(config_path=CONFIG_DIR, config_name="sft_data", version_base="1.3")
     def _main(cfg: DictConfig) -> None:
         if cfg.split != "train":

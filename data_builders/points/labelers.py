@@ -70,8 +70,8 @@ def label_probe(backend, tasks: Sequence[Task], splits: Sequence[str], cfg: Any)
     agent = Agent(backend, agent_config(cfg, cfg.feature_mode, len(tasks)))
     hidden = probe_features(backend, [agent.initial_prompt(t) for t in tasks], cfg.get("layers"))
     trajs = Agent(backend, agent_config(cfg, "hard_no_tool", len(tasks))).run(tasks)
-    rows = [base_row(t, s, str(t.id), not tr["correct"]) | {"no_tool_answer": tr["answer"], "rounds": tr["rounds"],
-                                                          "ended": tr["ended"]}
+    rows = [base_row(t, s, str(t.id), not tr.correct) | {"no_tool_answer": tr.answer, "rounds": tr.rounds,
+                                                       "ended": tr.ended}
             for t, s, tr in zip(tasks, splits, trajs)]
     return rows, {"hidden": hidden}
 
@@ -113,17 +113,17 @@ def label_flip(backend, tasks: Sequence[Task], splits: Sequence[str], cfg: Any) 
         for pt in recorder.points.get(id(task), []):
             n = pt["n_messages"]
             # The loop appends the call turn and its tool response right after the hook says "execute".
-            if len(tr["messages"]) < n + 2 or tr["messages"][n]["role"] != "assistant":
+            if len(tr.messages) < n + 2 or tr.messages[n]["role"] != "assistant":
                 raise RuntimeError(f"task {task.id}: trajectory does not continue the recorded call state")
             points.append((task, split, pt, tr, n))
-    before = _forced_answers(backend, [(t, tr["messages"][:n]) for t, _, _, tr, n in points], cfg)
-    after = _forced_answers(backend, [(t, tr["messages"][:n + 2]) for t, _, _, tr, n in points], cfg)
+    before = _forced_answers(backend, [(t, tr.messages[:n]) for t, _, _, tr, n in points], cfg)
+    after = _forced_answers(backend, [(t, tr.messages[:n + 2]) for t, _, _, tr, n in points], cfg)
     rows, k_of = [], {}
     for (task, split, pt, tr, _), b, a in zip(points, before, after):
         k = k_of[task.id] = k_of.get(task.id, -1) + 1
         flip = "helpful" if (a and not b) else "harmful" if (b and not a) else "unchanged"
-        rows.append(base_row(task, split, f"{task.id}:{k}", flip == "helpful" and tr["correct"])
-                    | {"flip_class": flip, "before_correct": b, "after_correct": a, "episode_correct": tr["correct"],
+        rows.append(base_row(task, split, f"{task.id}:{k}", flip == "helpful" and tr.correct)
+                    | {"flip_class": flip, "before_correct": b, "after_correct": a, "episode_correct": tr.correct,
                        "tool": pt["tool"], "round": pt["round"], "summary": pt["text"]})
     emb = embed_texts([pt["text"] for _, _, pt, _, _ in points])
     structural = np.zeros((len(points), len(structural_names())), np.float32)
@@ -160,10 +160,10 @@ def label_commit(backend, tasks: Sequence[Task], splits: Sequence[str], cfg: Any
         if pt is None:
             continue   # the episode never answered: no commit/continue decision was taken
         first = is_correct(pt["answer_text"], task.answer)
-        label = (not first) and (tr["correct"] or not fixed_rule)
+        label = (not first) and (tr.correct or not fixed_rule)
         rows.append(base_row(task, split, str(task.id), label)
-                    | {"first_correct": first, "final_correct": tr["correct"], "round": pt["round"],
-                       "ended": tr["ended"]})
+                    | {"first_correct": first, "final_correct": tr.correct, "round": pt["round"],
+                       "ended": tr.ended})
         feats.append(pt["features"])
     x = np.stack(feats).astype(np.float32) if feats else np.zeros((0, len(GSTEP_FEATURES)), np.float32)
     return rows, {"features": torch.from_numpy(x)}

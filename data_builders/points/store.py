@@ -24,7 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import torch
+from datasets import Dataset
+from safetensors.torch import load_file, save_file
 
 SCHEMA_VERSION = 1
 # Manifest keys that identify what the points mean. A resumed build, or a loader that names an expected
@@ -100,10 +104,6 @@ class PointStore:
         return {int(f.stem.split("-")[1]) for f in self.root.glob("shard-*.done")}
 
     def write_shard(self, i: int, rows: list[dict], tensors: dict[str, torch.Tensor]) -> None:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-        from safetensors.torch import save_file
-
         for name, t in tensors.items():
             if t.shape[0] != len(rows):
                 raise ValueError(f"shard {i}: tensor {name!r} has {t.shape[0]} rows for {len(rows)} points")
@@ -147,11 +147,6 @@ def load_points(root: str | Path, *, kind: str | None = None, backend: str | Non
                 featurizer: dict | None = None, require_complete: bool = True) -> PointSet:
     """Load a dataset directory. ``kind``/``backend``/``featurizer`` (``{"name", "version"}``), when given, must
     match the manifest: features from one policy or featurizer are meaningless to a controller of another."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-    from datasets import Dataset
-    from safetensors.torch import load_file
-
     root = Path(root)
     mpath = root / "manifest.json"
     if not mpath.is_file():

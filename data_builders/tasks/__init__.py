@@ -3,14 +3,20 @@
 ``builtin``: deterministic generators shipped with toolwise (no external files; a fresh clone has tasks).
 ``when2tool``: the benchmark's task files from a directory (``path=``), else the hub dataset.
 ``gsm8k``: GSM8K-format math word problems (a ``.jsonl`` file, ``path=``) for the Calculator, optionally
-with a semantic distractor per problem (``distractor=``, seed paper 000).
+with a semantic distractor per problem (``distractor=``, from the tool-use-tax paper, arXiv 2605.00136).
 """
 from __future__ import annotations
 
+import random
 from collections import defaultdict
 from typing import Sequence
 
+from omegaconf import OmegaConf
+
+from .builtin import generate_builtin
+from .gsm8k import load_gsm8k
 from .schema import DIFFICULTIES, ENV_CATEGORY, EnvSpec, Task, TaskFormatError
+from .when2tool import HUB_ID, load_when2tool
 
 __all__ = ["Task", "EnvSpec", "TaskFormatError", "ENV_CATEGORY", "load_tasks", "interleave", "stratified_sample",
            "tasks_from_config",
@@ -60,16 +66,10 @@ def load_tasks(source: str = "builtin", *, split: str = "test", limit: int | Non
     if distractor is not None and source != "gsm8k":
         raise ValueError(f"distractor= applies to the gsm8k task source only, not {source!r}")
     if source == "builtin":
-        from .builtin import generate_builtin
-
         tasks = generate_builtin(split, n_per_cell=n_per_cell, seed=seed, envs=envs, hops=hops or "single")
     elif source == "when2tool":
-        from .when2tool import HUB_ID, load_when2tool
-
         tasks = load_when2tool(split, path=path, hops=hops or "both", hub_id=hub_id or HUB_ID, revision=revision)
     elif source == "gsm8k":
-        from .gsm8k import load_gsm8k
-
         if path is None:
             raise ValueError("the gsm8k task source needs a file: pass tasks.path=<file.jsonl> "
                              "(e.g. tasks.path=../shared/data/gsm8k/train.jsonl)")
@@ -89,8 +89,6 @@ def load_tasks(source: str = "builtin", *, split: str = "test", limit: int | Non
 def stratified_sample(tasks: Sequence[Task], per_cell: int, seed: int = 0) -> list[Task]:
     """``per_cell`` tasks from each (environment, difficulty, multi_step) cell, chosen by a seeded shuffle;
     the result keeps the input order. Cells smaller than ``per_cell`` are kept whole."""
-    import random
-
     cells: dict[tuple, list[int]] = defaultdict(list)
     for i, t in enumerate(tasks):
         cells[(t.env.name, t.difficulty, t.multi_step)].append(i)
@@ -105,8 +103,6 @@ def stratified_sample(tasks: Sequence[Task], per_cell: int, seed: int = 0) -> li
 def tasks_from_config(cfg, split: str | None = None) -> list[Task]:
     """Tasks for a Hydra run: the ``tasks`` group's ``source`` picks the loader, its other keys are the
     loader's keyword arguments; ``split`` (default: the run's ``split``) and ``limit`` come from the top level."""
-    from omegaconf import OmegaConf
-
     options = OmegaConf.to_container(cfg.tasks, resolve=True)
     source = options.pop("source")
     return load_tasks(source, split=split or cfg.split, limit=cfg.get("limit"), **options)

@@ -26,7 +26,7 @@ from .generators.common import cell_rng, sampled_cell
 from .generators.historical_year import HistoricalFact, load_historical_facts
 from .schema import DIFFICULTIES, ENV_CATEGORY, SPLITS, Task
 
-__all__ = ["BUILTIN_ENVS", "HistoricalFact", "generate_builtin", "load_historical_facts"]
+__all__ = ["BUILTIN_ENVS", "HistoricalFact", "generate_builtin", "generate_multihop", "load_historical_facts"]
 
 BUILTIN_ENVS = tuple(GENERATORS)
 
@@ -65,6 +65,11 @@ def generate_builtin(split: str, *, n_per_cell: int = 20, seed: int = 0,
             if env in wanted:
                 tasks.extend(_generate_env(gen, split, n_per_cell, seed))
     return tasks
+
+
+def generate_multihop(split: str, *, n_per_cell: int = 20, seed: int = 0) -> list[Task]:
+    """``n_per_cell`` CodeExecutor multi-hop tasks per difficulty (When2Tool env 18 schema)."""
+    return generate_builtin(split, n_per_cell=n_per_cell, seed=seed, envs=["CodeExecutorEnv"], hops="multi")
 
 
 def _generate_env(gen, split: str, n_per_cell: int, seed: int) -> list[Task]:

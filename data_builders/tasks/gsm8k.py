@@ -1,8 +1,8 @@
 """The ``gsm8k`` task source: GSM8K-format math word problems solved with the Calculator tool.
 
-Seed paper 000 (the "tool-use tax" study) measures calculator use on GSM8K problems, clean and with
-semantic distractors; this source turns such a file into When2Tool-schema tasks for the same
-environments, prompts and scoring as the other sources.
+"Are Tools All We Need? Unveiling the Tool-Use Tax in LLM Agents" (arXiv 2605.00136) measures calculator use
+on GSM8K problems, clean and with semantic distractors; this source turns such a file into When2Tool-schema
+tasks for the same environments, prompts and scoring as the other sources.
 
 Input: JSON lines ``{"question": ..., "answer": "<worked solution> #### 72"}`` (GSM8K's own format;
 a copy of its train file is ``../shared/data/gsm8k/train.jsonl``). Per line:

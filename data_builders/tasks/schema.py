@@ -5,6 +5,8 @@ file, the record and the field, so a user can fix the input without guessing.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -132,3 +134,15 @@ class Task:
             expected={**expected, "answer": str(expected["answer"])}, difficulty=difficulty,
             multi_step=multi_step, tags=tuple(tags), category=category, split=sp,
         )
+
+
+def digest(obj: Any, n: int = 12) -> str:
+    """A short stable hash of a JSON-able value (keys sorted, anything else by ``str``)."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:n]
+
+
+def task_key(task: Task) -> str:
+    """A task's identity across runs: its id plus a hash of its content, so an edited task is a new key.
+    The evaluator's trajectory cache is keyed on it (changing it invalidates every cached trajectory) and
+    GRPO's rewards group a prompt's episodes by it."""
+    return f"{task.id}:{digest([task.instruction, task.answer, task.env.name], 8)}"

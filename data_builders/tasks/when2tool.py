@@ -101,10 +101,9 @@ def tasks_from_rows(rows: Iterable[Mapping[str, Any]], *, source: str, split: st
 
 def load_from_hub(split: str, hops: str = "both", hub_id: str = HUB_ID, revision: str | None = None) -> list[Task]:
     """Through ``datasets`` (cached by it); needs the network on first use."""
-    try:
-        from datasets import load_dataset
-    except ImportError as exc:  # pragma: no cover - datasets is a core dependency
-        raise ImportError("the hub When2Tool source needs `pip install datasets`") from exc
+    # why: datasets (pyarrow, pandas: ~2 s to import) is for the hub only; every process that touches a task
+    # imports this module, the run-time controller hooks included, and task files load without it.
+    from datasets import load_dataset
     tasks: list[Task] = []
     for kind in _hop_kinds(hops):
         config = _HUB_CONFIG[kind]

@@ -51,7 +51,7 @@ def test_killed_and_resumed_build_equals_uninterrupted(tiny_model_dir, tmp_path)
 
 
 def test_resuming_with_another_model_is_refused(tiny_model_dir, tmp_path):
-    from data_builders.backends.loading import build_tiny_llama
+    from tests.tiny_models import build_tiny_llama
 
     out = tmp_path / "pts"
     first = subprocess.run(cmd(tiny_model_dir, out) + ["limit=1"], cwd=REPO, capture_output=True, text=True, timeout=600)

@@ -35,11 +35,10 @@ def test_embedded_agent_runs_all_categories(embedded_backend):
     trajs = Agent(embedded_backend, AgentConfig(**cfg)).run(tasks)
     # Keeping each episode's KV cache between turns changes cost, never the trajectory.
     fresh = Agent(embedded_backend, AgentConfig(**cfg, reuse_kv=False)).run(tasks)
-    assert [t["messages"] for t in trajs] == [t["messages"] for t in fresh]
-    assert sum(tr["cached_tokens"] for t in trajs for tr in t["turns"][1:]) > 0
-    assert all(tr["cached_tokens"] == 0 for t in fresh for tr in t["turns"])
-    assert {t["category"] for t in trajs} == {"A", "B", "C"}
+    assert [t.messages for t in trajs] == [t.messages for t in fresh]
+    assert sum(tr.cached_tokens for t in trajs for tr in t.turns[1:]) > 0
+    assert all(tr.cached_tokens == 0 for t in fresh for tr in t.turns)
+    assert {t.category for t in trajs} == {"A", "B", "C"}
     for t in trajs:
-        assert 1 <= t["rounds"] <= 2 and t["ended"] in {"answer", "max_rounds"}
-        assert all(len(tr["logprobs"]) == tr["decode_tokens"] and all(x <= 0 for x in tr["logprobs"])
-                   for tr in t["turns"])
+        assert 1 <= t.rounds <= 2 and t.ended in {"answer", "max_rounds"}
+        assert all(len(tr.logprobs) == tr.decode_tokens and all(x <= 0 for x in tr.logprobs) for tr in t.turns)

@@ -9,13 +9,13 @@ import sys
 from hydra import compose, initialize_config_dir
 
 from recipes import CONFIG_DIR
-from data_builders.agent.trajectory import read_jsonl
+from data_builders.agent.trajectory import read_trajectories
 from tests.conftest import REPO
 
 
 def test_rollout_config_composes_with_overrides():
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        cfg = compose("rollout", overrides=["model=smollm2", "tasks=builtin", "mode=force", "limit=32"])
+        cfg = compose("rollout", overrides=["model=smollm2_tool_sft", "tasks=builtin", "mode=force", "limit=32"])
     assert cfg.mode == "force" and cfg.limit == 32 and cfg.model.name == "smollm2" and cfg.tasks.source == "builtin"
 
 
@@ -28,10 +28,10 @@ def test_rollout_cli_on_tiny_model(tiny_model_dir, tmp_path):
     keys = [kv.split("=")[0] for kv in last.split()]
     assert keys == ["accuracy", "tool_calls_per_task", "format_error_rate", "tokens_per_task", "tasks"], last
     assert last.endswith("tasks=5")
-    trajs = list(read_jsonl(tmp_path / "trajectories.jsonl"))
-    assert len(trajs) == 5 and {t["env"] for t in trajs} >= {"CalculatorEnv", "HistoricalYearEnv", "ListManipulationEnv"}
+    trajs = list(read_trajectories(tmp_path / "trajectories.jsonl"))     # every record passes the validator
+    assert len(trajs) == 5 and {t.env for t in trajs} >= {"CalculatorEnv", "HistoricalYearEnv", "ListManipulationEnv"}
     for t in trajs:
-        assert t["rounds"] == len(t["turns"]) <= 2 and t["mode"] == "force"
-        assert all(tr["prefill_tokens"] > 0 and tr["decode_tokens"] <= 8 for tr in t["turns"])
+        assert t.rounds == len(t.turns) <= 2 and t.mode == "force"
+        assert all(tr.prefill_tokens > 0 and tr.decode_tokens <= 8 for tr in t.turns)
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["tasks"] == 5 and summary["policy"] == trajs[0]["policy"]
+    assert summary["tasks"] == 5 and summary["policy"] == trajs[0].policy

@@ -115,21 +115,26 @@ def probe_dataset(root: Path, cfg) -> Path:
 
 # ------------------------------------------------------------------------------------------- configs
 def fit_cfg(recipe: str, points_dir: Path, tmp: Path, *overrides: str, logger: str = "none"):
-    """The config ``python -m trainers.fit recipe=<recipe> ...`` composes, with the keys its main sets."""
-    cfg = recipes.compose("fit", [f"recipe={recipe}", f"logger={logger}", f"recipe.points.dir={points_dir}",
-                                  f"recipe.export_dir={tmp / 'ckpt'}", *overrides])
-    r = cfg.recipe
-    OmegaConf.set_struct(r, False)
-    r.run_dir = str(tmp / "run")
-    r.command = f"python -m trainers.fit recipe={recipe} " + " ".join(overrides)
-    r.report_to = ["wandb"] if logger == "wandb" else []
-    return cfg
+    """The config ``python -m trainers.fit recipe=<recipe> ...`` composes."""
+    return recipes.compose("fit", [f"recipe={recipe}", f"logger={logger}", f"recipe.points.dir={points_dir}",
+                                   f"recipe.export_dir={tmp / 'ckpt'}", *overrides])
+
+
+def command_of(cfg) -> str:
+    return f"python -m trainers.fit recipe={cfg.recipe.name} logger={cfg.logger.name}"
 
 
 def run_fit(cfg) -> Path:
+    """What ``trainers.fit``'s main does after composing: the recipe function with the run's state."""
     from trainers.controller.fit import fit
+    from trainers.fit import RunInfo
 
-    return fit(cfg.recipe, cfg)
+    run = RunInfo(dir=Path(cfg.recipe.export_dir).parent / "run", command=command_of(cfg),
+                  report_to=("wandb",) if cfg.logger.name == "wandb" else ())
+    fitted = fit(cfg.recipe, cfg, run)
+    assert fitted.objective_name == "val_auroc"
+    assert fitted.objective == fitted.metrics["splits"]["val"]["all"]["auroc"]
+    return fitted.export_dir
 
 
 @pytest.fixture(scope="module")
@@ -253,7 +258,7 @@ def test_model_card_describes_the_controller(fitted):
     metrics = json.loads((out / "metrics.json").read_text())
     assert card.startswith("---\n") and "library_name: toolwise" in card
     assert f"# {name}: `{CONTROLLER[name].registry_name}`" in card
-    assert cfg.recipe.command in card and BACKEND in card
+    assert command_of(cfg) in card and BACKEND in card
     assert f"python -m data_builders.build kind={KIND[name]} out_dir={data}" in card   # how the points were built
     assert f"τ = {metrics['calibration']['tau']:.4f}" in card
     assert f'controllers.load("{out}")' in card
@@ -351,7 +356,7 @@ def test_decision_points_builds_once_then_reuses(tmp_path, fake_build):
     assert out.parent == tmp_path / "points" / "commit" and re.fullmatch(r"builtin-[0-9a-f]{10}", out.name)
     assert len(points) == 40 and points.manifest["complete"]
     # the dataset records how it was made: the fit command that built it
-    assert points.manifest["build_command"].startswith(cfg.recipe.command)
+    assert points.manifest["build_command"].startswith("python -m trainers.fit")
     # the build config: build.yaml for the kind, the fit run's groups, the recipe's points.build on top
     assert build.kind == "commit" and build.limit == cfg.recipe.points.build.limit and build.commit_label == "wrong"
     assert build.verify_rounds == cfg.recipe.points.build.verify_rounds and build.tasks.source == "builtin" and build.model.name == "smollm2"
@@ -367,7 +372,7 @@ def test_decision_points_builds_once_then_reuses(tmp_path, fake_build):
     assert len(fake_build) == 2 and other.out_dir != build.out_dir and other.limit == 12
     assert Path(other.out_dir).parent == out.parent
     # another policy is another dataset too
-    assert build_config(points_cfg(tmp_path, "model=smollm2_bare")).out_dir not in (build.out_dir, other.out_dir)
+    assert build_config(points_cfg(tmp_path, "model=smollm2_base")).out_dir not in (build.out_dir, other.out_dir)
 
 
 def test_decision_points_resumes_an_incomplete_build(tmp_path, fake_build):

@@ -79,12 +79,12 @@ def checkpoints(tmp_path):
 def eval_cfg(tmp_path, ckpt, **over):
     cfg = compose("evaluate", ["logger=none", "tasks=builtin", f"cache_dir={tmp_path / 'cache'}",
                                f"out_dir={tmp_path / 'out'}", "agent.max_rounds=3", "pte.gamma=0.01"])
-    OmegaConf.set_struct(cfg, False)
-    cfg.arms.modes = ["force", "default"]
-    cfg.arms.probe = {"checkpoint": ckpt["probe"], "styles": ["soft"], "taus": [0.01, 0.5, 0.99]}
-    cfg.arms.toolgate = {"checkpoint": ckpt["toolgate"], "taus": ["calibrated"]}
-    cfg.arms.g_step = {"checkpoint": ckpt["g_step"], "taus": ["calibrated"]}
-    return OmegaConf.merge(cfg, over)
+    # merged, not assigned: the arms are structured configs (recipes/schema.py) that validate a merge
+    arms = {"modes": ["force", "default"],
+            "probe": {"checkpoint": ckpt["probe"], "styles": ["soft"], "taus": [0.01, 0.5, 0.99]},
+            "toolgate": {"checkpoint": ckpt["toolgate"], "taus": ["calibrated"]},
+            "g_step": {"checkpoint": ckpt["g_step"], "taus": ["calibrated"]}}
+    return OmegaConf.merge(cfg, {"arms": arms}, over)
 
 
 @pytest.fixture()
@@ -138,8 +138,8 @@ def test_composed_probe_arm_equals_running_the_probe_hook(tmp_path, checkpoints,
     for tau in (0.01, 0.5, 0.99):
         direct = Agent(PrefillAwareBackend(SCRIPTS), AgentConfig(mode="default", max_rounds=3),
                        ProbePrefill(probe, tau, "soft")).run(TASKS)
-        acc = sum(t["correct"] for t in direct) / len(direct)
-        calls = sum(t["tool_calls"] for t in direct) / len(direct)
+        acc = sum(t.correct for t in direct) / len(direct)
+        calls = sum(t.tool_calls for t in direct) / len(direct)
         arm = results["arms"][f"probe_soft@{tau:.2f}"]["all"]
         assert (arm["accuracy"], arm["tool_calls_per_task"]) == (acc, calls), tau
 
@@ -150,6 +150,27 @@ def test_a_controller_of_another_policy_is_refused(tmp_path, checkpoints, script
     cfg.arms.probe.checkpoint = export(other, tmp_path / "other")
     with pytest.raises(controllers.ContractMismatch, match="some-other-model"):
         run(cfg)
+
+
+def test_a_cache_file_written_before_the_typed_schema_still_hits(tmp_path):
+    """A cache line as the evaluator wrote it before (the loop's version-1 record plus ``_task_key``) is a hit,
+    comes back typed, and storing the arm again rewrites the file byte for byte."""
+    from data_builders.agent.trajectory import Trajectory, write_jsonl
+    from data_builders.tasks.schema import task_key
+    from tests.data_builders.agent.test_trajectory import V1
+    from trainers.evaluate.cache import TrajectoryCache
+
+    task = calc_task("w2t/calc-7", "20+20", "40")
+    cache = TrajectoryCache(tmp_path, "scripted@0", {"max_rounds": 10, "split": "test"})
+    spec = {"name": "force+rta", "mode": "force", "reasoning": True}
+    path = write_jsonl(cache.path(spec), [{**json.loads(V1.read_text()), "_task_key": task_key(task)}])
+    before = path.read_bytes()
+    have, todo = cache.missing(spec, [task])
+    assert todo == [] and (cache.hits, cache.misses) == (1, 0)
+    traj = have[task_key(task)]
+    assert isinstance(traj, Trajectory) and traj.correct and traj.task_key == task_key(task)
+    cache.store(spec, have, [])
+    assert path.read_bytes() == before
 
 
 def test_deltas_and_curve_area():

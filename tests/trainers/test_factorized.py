@@ -14,10 +14,11 @@ from data_builders.agent.loop import AgentConfig
 from data_builders.tasks.gsm8k import ANSWER_FORMAT, load_gsm8k
 from recipes import compose
 from tests.data_builders.agent.test_loop import CALL, ScriptedBackend
-from tests.data_builders.tasks.test_gsm8k import BETTY, NATALIA, SIMPLE
-from trainers import factorized as F
-from trainers.evaluate.run import Arm
 from data_builders.metrics.pte import PTEConfig
+from tests.data_builders.tasks.test_gsm8k import BETTY, NATALIA, SIMPLE
+from tests.trajectories import make_trajectory, make_turn
+from trainers.evaluate import factorized as F
+from trainers.evaluate.run import Arm
 
 GOLD = {"Natalia": "72", "Betty": "5"}
 CLEAN = {"Natalia": NATALIA["question"], "Betty": BETTY["question"]}
@@ -141,11 +142,8 @@ def test_contrasts_by_hand_and_paired_bootstrap():
 
 
 def _traj(tid, correct, calls=0, rejected=0):
-    turn = {"prefill_tokens": 10, "new_tokens": 10, "cached_tokens": 0, "context_len": 10, "decode_tokens": 5,
-            "wall_s": 0.0}
-    return {"task_id": tid, "correct": correct, "turns": [turn], "calls": [], "decisions": [], "expected_steps": 1,
-            "tool_calls": calls, "rejected_calls": rejected, "format_errors": 0, "malformed_calls": 0,
-            "token_cost": 15, "rounds": 1, "category": "A", "difficulty": "easy"}
+    return make_trajectory([make_turn(0, "\\boxed{1}", prefill_tokens=10, decode_tokens=5, wall_s=0.0)], task_id=tid,
+                           correct=correct, tool_calls=calls, rejected_calls=rejected, token_cost=15.0)
 
 
 def test_summarize_setting_on_hand_made_trajectories():

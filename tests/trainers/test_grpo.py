@@ -2,15 +2,16 @@
 policy gradient, and a tiny-model smoke run of TRL's GRPOTrainer with multi-turn tool rollouts."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
 import pytest
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
+from huggingface_hub import ModelCard
 from safetensors.torch import load_file
 
-from recipes import CONFIG_DIR
+from recipes import compose
+from trainers.fit import RunInfo
 from trainers.policy.rewards import correctness, otc, otc_tool_score, pte_cost, reward_setup, total_reward
 
 
@@ -73,6 +74,7 @@ def test_otc_estimates_the_optimal_count_per_task_from_correct_episodes():
 # ---------------------------------------------------------------------------- episode -> tokens
 def test_episode_tokens_train_only_on_what_the_model_wrote(tiny_backend):
     from data_builders.agent.loop import Agent, AgentConfig
+    from data_builders.agent.trajectory import Turn
     from data_builders.tasks import load_tasks
     from trainers.policy.grpo import episode_tokens
 
@@ -88,9 +90,12 @@ def test_episode_tokens_train_only_on_what_the_model_wrote(tiny_backend):
                                                {"role": "assistant", "content": answer}]
     ids_call = tok(call, add_special_tokens=False).input_ids
     ids_ans = tok(answer, add_special_tokens=False).input_ids + [tok.eos_token_id]
-    traj = {"task_id": task.id, "messages": msgs, "turns": [
-        {"token_ids": ids_call, "raw_logprobs": [-0.5] * len(ids_call), "finish_reason": "stop", "prefill_text": ""},
-        {"token_ids": ids_ans, "raw_logprobs": [-0.25] * len(ids_ans), "finish_reason": "eos", "prefill_text": ""}]}
+    # a real typed trajectory of the task, its messages and turns replaced by the hand-made ones
+    traj = dataclasses.replace(agent.run([task])[0], messages=msgs, turns=[
+        Turn(round=0, text=call, prefill_tokens=0, context_len=0, decode_tokens=len(ids_call), token_ids=ids_call,
+             raw_logprobs=[-0.5] * len(ids_call), finish_reason="stop"),
+        Turn(round=1, text=answer, prefill_tokens=0, context_len=0, decode_tokens=len(ids_ans), token_ids=ids_ans,
+             raw_logprobs=[-0.25] * len(ids_ans), finish_reason="eos")])
     seq = episode_tokens(traj, tok, agent.renderer(task))
     assert tok.decode(seq.prompt_ids) == first
     model_text = tok.decode([t for t, m in zip(seq.completion_ids, seq.env_mask) if m])
@@ -118,27 +123,73 @@ def test_episode_tokens_refuses_a_trajectory_without_token_ids(tiny_backend):
         episode_tokens(traj, tiny_backend.tokenizer, agent.renderer(task))
 
 
-# ---------------------------------------------------------------------------- smoke run
-def recipe_cfg(tmp_path, model_dir, *overrides):
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        cfg = compose("fit", overrides=[
-            "recipe=pte_grpo", f"recipe.model={model_dir}", "recipe.start_adapter=null", "logger=none",
-            f"recipe.output_dir={tmp_path / 'adapter'}", f"+recipe.run_dir={tmp_path / 'run'}",
-            "recipe.data.builtin_per_cell=1", "recipe.data.envs=[CalculatorEnv,HashEnv]",
-            "recipe.rollout.max_new_tokens=12", "recipe.rollout.max_rounds=2",
-            "recipe.generation.prompts_per_step=2", "recipe.generation.num_generations=3",
-            "recipe.train.micro_batch=3", "recipe.train.lr=0.01", *overrides])
-    OmegaConf.set_struct(cfg.recipe, False)
-    cfg.recipe.report_to = []
-    cfg.recipe.command = "pytest"
-    return cfg
+# ---------------------------------------------------------------------------- start policy and smoke run
+def composed(tmp_path, model_dir, *overrides):
+    """The fit config as ``python -m trainers.fit recipe=pte_grpo model=hf model.name=<dir> ...`` composes it
+    (small data and rollouts), and the run state trainers.fit would pass."""
+    cfg = compose("fit", [
+        "recipe=pte_grpo", "model=hf", f"model.name={model_dir}", "logger=none",
+        f"recipe.output_dir={tmp_path / 'adapter'}",
+        "recipe.data.builtin_per_cell=1", "recipe.data.envs=[CalculatorEnv,HashEnv]",
+        "recipe.rollout.max_new_tokens=12", "recipe.rollout.max_rounds=2",
+        "recipe.generation.prompts_per_step=2", "recipe.generation.num_generations=3",
+        "recipe.train.micro_batch=3", "recipe.train.lr=0.01", *overrides])
+    return cfg, RunInfo(dir=tmp_path / "run", command="pytest")
 
 
-def test_grpo_smoke_run_changes_the_lora_and_varies_rewards_within_groups(tiny_model_dir, tmp_path):
+@pytest.fixture
+def start_adapter(tiny_model_dir, tmp_path):
+    """A LoRA on the tiny Llama unlike the recipe's fresh one: r=4 on q/v only, random nonzero B."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(1)
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model_dir),
+                           LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
+    model.save_pretrained(tmp_path / "start")
+    return tmp_path / "start"
+
+
+def test_the_start_policy_is_the_model_groups_adapter_loaded_trainable(tiny_model_dir, tmp_path, start_adapter):
+    import torch
+    from peft import get_peft_model_state_dict
+
+    from trainers.policy.common import load_policy
+
+    cfg, _ = composed(tmp_path, tiny_model_dir, f"model.adapter={start_adapter}")
+    policy = load_policy(cfg.model, cfg.recipe.lora)
+    assert policy.start_adapter == str(start_adapter) and policy.model.peft_config["default"].r == 4
+    saved, loaded = load_file(str(start_adapter / "adapter_model.safetensors")), get_peft_model_state_dict(policy.model)
+    assert saved.keys() == loaded.keys() and all(torch.equal(saved[k], loaded[k]) for k in saved)
+    lora = [p for n, p in policy.model.named_parameters() if "lora_" in n]
+    assert len(lora) == len(saved) and all(p.requires_grad for p in lora)
+    assert policy.model.peft_config["default"].base_model_name_or_path == str(tiny_model_dir)
+
+
+def test_without_an_adapter_the_start_policy_is_a_fresh_lora_from_the_recipe(tiny_model_dir, tmp_path):
+    from trainers.policy.common import load_policy
+
+    # one target module: TRL's ModelConfig would turn the list into a regex that matches no module
+    cfg, _ = composed(tmp_path, tiny_model_dir, "recipe.lora.target_modules=[q_proj]")
+    policy = load_policy(cfg.model, cfg.recipe.lora)
+    lora_cfg = policy.model.peft_config["default"]
+    assert policy.start_adapter is None and lora_cfg.r == cfg.recipe.lora.r and lora_cfg.target_modules == {"q_proj"}
+    lora = {n: p for n, p in policy.model.named_parameters() if "lora_" in n}
+    assert len(lora) == 2 * 2 and all(p.requires_grad for p in lora.values())   # A and B in each of 2 layers
+    assert all(p.abs().sum() == 0 for n, p in lora.items() if "lora_B" in n)     # LoRA starts as the base
+    assert lora_cfg.base_model_name_or_path == str(tiny_model_dir)
+
+
+def test_grpo_smoke_run_trains_the_start_adapter_and_varies_rewards_within_groups(tiny_model_dir, tmp_path,
+                                                                                 start_adapter):
+    import torch
+
     from trainers.policy.grpo import fit
 
-    cfg = recipe_cfg(tmp_path, tiny_model_dir, "recipe.train.max_steps=2")
-    out = fit(cfg.recipe, cfg)
+    cfg, run = composed(tmp_path, tiny_model_dir, f"model.adapter={start_adapter}", "recipe.train.max_steps=2")
+    fitted = fit(cfg.recipe, cfg, run)
+    out = fitted.export_dir
     m = json.loads((out / "metrics.json").read_text())
     assert m["train_steps"] == 2 and len(m["rollouts"]) == 2
     assert m["lora_tensors_changed"] > 0
@@ -147,18 +198,24 @@ def test_grpo_smoke_run_changes_the_lora_and_varies_rewards_within_groups(tiny_m
     # PTE differs between a group's episodes (different lengths and rounds), so advantages are not all zero
     assert min(h["frac_reward_zero_std"] for h in steps) < 1.0
     assert all("rewards/pte_cost/mean" in h and "rollout/tool_calls" in h and "rollout/pte" in h for h in steps)
-    weights = load_file(str(out / "adapter_model.safetensors"))
-    assert any(v.abs().sum() > 0 for k, v in weights.items() if "lora_B" in k)   # B starts at zero
-    card = (out / "README.md").read_text()
-    assert "Reproduce: `pytest`" in card and "λ = 0.5" in card
+    assert fitted.objective_name == "reward" and fitted.objective == pytest.approx(steps[-1]["reward"])
+    # the export continues the start adapter (r=4, q/v) on the model group's base, with changed weights
+    config = json.loads((out / "adapter_config.json").read_text())
+    assert config["r"] == 4 and config["base_model_name_or_path"] == str(tiny_model_dir)
+    start = load_file(str(start_adapter / "adapter_model.safetensors"))
+    tuned = load_file(str(out / "adapter_model.safetensors"))
+    assert start.keys() == tuned.keys() and any(not torch.equal(start[k], tuned[k]) for k in start)
+    card = ModelCard.load(out / "README.md")
+    assert card.data.base_model == str(tiny_model_dir) and "grpo" in card.data.tags
+    assert "Reproduce: `pytest`" in card.text and "λ = 0.5" in card.text and str(start_adapter) in card.text
 
 
 def test_the_recipe_is_registered_and_composes_with_otc():
     from trainers.fit import RECIPES
 
     assert RECIPES["pte_grpo"] == "trainers.policy.grpo:fit"
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        cfg = compose("fit", overrides=["recipe=pte_grpo", "recipe.reward.kind=otc", "recipe.reward.lam=0"])
+    cfg = compose("fit", ["recipe=pte_grpo", "recipe.reward.kind=otc", "recipe.reward.lam=0"])
     funcs, weights = reward_setup(cfg.recipe.reward.kind, cfg.recipe.reward.lam)
     assert [f.__name__ for f in funcs] == ["otc", "pte_cost"] and weights == [1.0, 0.0]
-    assert cfg.hardware.name and cfg.recipe.start_adapter.startswith("checkpoints/tool_sft/")
+    # the default start policy: the model group's committed tool_sft adapter
+    assert cfg.hardware.name and cfg.model.adapter.startswith("checkpoints/tool_sft/")

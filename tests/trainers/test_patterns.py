@@ -1,11 +1,13 @@
-"""Seed 003's four inefficiency patterns on hand-made trajectories with the agent loop's field names: one
-positive and negative cases per pattern, the optional-field fallbacks, required-field errors and
-count_patterns. Offline, no model."""
+"""Seed 003's four inefficiency patterns on hand-made typed trajectories: positive and negative cases per
+pattern, a record read back from JSON, and count_patterns. Offline, no model."""
 from __future__ import annotations
 
-import pytest
+import json
 
-from data_builders.metrics.patterns import PATTERN_NAMES, PATTERNS, PatternFieldError, count_patterns, detect
+from data_builders.agent.trajectory import Trajectory
+from data_builders.metrics.patterns import PATTERN_NAMES, PATTERNS, count_patterns, detect
+from tests.data_builders.agent.test_trajectory import V1
+from tests.trajectories import make_call, make_trajectory, make_turn
 
 CALL = '<tool_call>\n{{"name": "{name}", "arguments": {args}}}\n</tool_call>'
 
@@ -15,29 +17,17 @@ def call_text(name: str, args: str = "{}", before: str = "") -> str:
 
 
 def traj(*steps, answer: str | None = None, task_id: str = "t/0", env: str = "CalculatorEnv",
-         instruction: str = "Answer with only the number: (29+18)-14", **extra) -> dict:
-    """A trajectory as ``Agent._record`` writes it. Each step is (text, call-or-None); a call is a dict
-    with at least ``name`` (``status`` executed, ``args`` {} and an ``ok`` result by default)."""
+         instruction: str = "Answer with only the number: (29+18)-14", **extra) -> Trajectory:
+    """A trajectory as ``Agent._record`` builds it. Each step is (text, call-or-None); a call is a dict of
+    :func:`tests.trajectories.make_call` arguments with at least ``name`` (executed, ``args`` {} and an ``ok``
+    result by default)."""
     turns, calls = [], []
     for rnd, (text, call) in enumerate(steps):
-        kind = "call" if call is not None else ("answer" if "\\boxed{" in text else "content")
-        turns.append({"round": rnd, "text": text, "prefill_text": "", "kind": kind, "prefill_tokens": 10,
-                      "context_len": 10, "decode_tokens": 5})
+        turns.append(make_turn(rnd, text, kind="call" if call is not None else None))
         if call is not None:
-            result = call.get("result", {"success": True, "result": 1})
-            status = call.get("status", "executed")
-            rec = {"round": rnd, "name": call["name"], "args": call.get("args", {}), "status": status}
-            if status != "rejected":
-                rec.update(result=result, ok=result.get("success") is not False,
-                           error_kind=call.get("error_kind"))
-            calls.append(rec)
-    final = turns[-1]["text"] if turns and turns[-1]["kind"] == "answer" else ""
-    t = {"task_id": task_id, "env": env, "mode": "default", "turns": turns, "calls": calls, "decisions": [],
-         "messages": [{"role": "system", "content": "sys"}, {"role": "user", "content": instruction}],
-         "final_response": final, "answer": answer if answer is not None else "", "malformed_calls": 0,
-         "format_errors": 0}
-    t.update(extra)
-    return t
+            calls.append(make_call(rnd, **call))
+    return make_trajectory(turns, calls, task_id=task_id, env=env, instruction=instruction,
+                           answer=answer if answer is not None else "", **extra).validate()
 
 
 def expr(value: str = "29+18-14", result=33) -> dict:
@@ -99,7 +89,7 @@ def test_not_confirmatory_for_near_misses_and_restated_question():
 def test_controller_prefill_and_skipped_calls_do_not_count():
     text = "The answer is 33. " + call_text("evaluate_expression")
     t = traj((text, expr()), ("\\boxed{33}", None), answer="33")
-    t["turns"][0]["prefill_text"] = "The answer is 33. "     # written by the controller, not the model
+    t.turns[0].prefill_text = "The answer is 33. "          # written by the controller, not the model
     assert not detect(t)["confirmatory_tool_use"]
     skipped = {"name": "evaluate_expression", "status": "skipped", "error_kind": "skipped",
                "result": {"success": False, "message": "[SKIPPED] This tool call was not executed."}}
@@ -169,7 +159,7 @@ def test_format_collapse_unparseable_call_counter_and_text():
     t = traj((bad, None), (call_text("evaluate_expression"), expr()), ("\\boxed{33}", None), answer="33",
              malformed_calls=1, format_errors=1)
     assert only(detect(t), "tool_format_collapse")
-    t["malformed_calls"] = 0                      # the text alone is enough
+    t.malformed_calls = 0                         # the text alone is enough
     assert detect(t)["tool_format_collapse"]
 
 
@@ -184,49 +174,26 @@ def test_format_collapse_argument_the_schema_does_not_define():
     t = traj((call_text("evaluate_expression", '{"expression": "29+18-14", "precision": 2}'), wrapped),
              ("\\boxed{33}", None), answer="33")
     assert only(detect(t), "tool_format_collapse")
-    t["env"] = "NoSuchEnv"                        # unknown environment: the schema check is skipped
+    t.env = "NoSuchEnv"                           # unknown environment: the schema check is skipped
     assert not detect(t)["tool_format_collapse"]
 
 
 def test_no_format_collapse_for_reasoning_rejection_or_plain_content():
-    rejected = {"name": "evaluate_expression", "status": "rejected"}
+    rejected = {"name": "evaluate_expression", "status": "rejected",
+                "reason": "Reasoning is not allowed here. Reply with the tool call only."}
     t = traj((call_text("evaluate_expression", before="I will use the calculator.\n"), rejected),
              ("Let me think about it.", None),
              (call_text("evaluate_expression"), expr()), ("\\boxed{33}", None), answer="33", format_errors=2)
-    t["calls"][0]["reason"] = "Reasoning is not allowed here. Reply with the tool call only."
     assert only(detect(t))
 
 
-# ------------------------------------------------------------------------------------------ old records, errors
-def test_old_trajectory_without_optional_fields():
-    t = {"task_id": "old/1",
-         "turns": [{"text": "It is 33; check. " + call_text("run_code")}, {"text": "\\boxed{33}"}],
-         "calls": [{"round": 0, "name": "run_code", "result": {"success": True, "stdout": "", "result": ""}}],
-         "final_response": "\\boxed{33}"}
-    assert only(detect(t), "confirmatory_tool_use", "lack_of_tool_prior")
-
-
-@pytest.mark.parametrize("breaks, field", [
-    (lambda t: t.pop("turns"), "'turns'"),
-    (lambda t: t.pop("calls"), "'calls'"),
-    (lambda t: t["turns"][0].pop("text"), "'text'"),
-    (lambda t: t["calls"][0].pop("name"), "'name'"),
-    (lambda t: t["calls"][0].pop("round"), "'round'"),
-    (lambda t: t.update(turns="nope"), "'turns'"),
-])
-def test_missing_required_field_names_field_and_task(breaks, field):
-    t = traj((call_text("evaluate_expression"), expr()), ("\\boxed{33}", None), answer="33", task_id="w2t/42")
-    breaks(t)
-    with pytest.raises(ValueError, match=field) as err:
-        detect(t)
-    assert "w2t/42" in str(err.value) and isinstance(err.value, PatternFieldError)
-
-
-def test_missing_task_id_is_named():
-    t = traj(("\\boxed{33}", None), answer="33")
-    del t["task_id"]
-    with pytest.raises(ValueError, match="task_id"):
-        detect(t)
+# ------------------------------------------------------------------------------------------ a record from JSON
+def test_detect_on_a_version_1_record_read_back_from_json():
+    """The loop's own record (a call rejected for lacking reasoning, an executed call, the answer 40)."""
+    record = json.loads(V1.read_text())
+    assert only(detect(Trajectory.from_dict(record)))        # the rejected call does not count as a format error
+    record["turns"][1]["text"] = "20 + 20 is 40; I will check with the tool. " + record["turns"][1]["text"]
+    assert only(detect(Trajectory.from_dict(record)), "confirmatory_tool_use")
 
 
 # ------------------------------------------------------------------------------------------ count_patterns

@@ -1,19 +1,18 @@
 """PTE (seed 003): γ reproduces the paper's Table 3 from published configs, parameter counts match real
-transformers models, PTE sums what the agent loop writes, and the hardware profiles (Python registry and the
-``recipes/hardware`` Hydra group) agree and carry their sources. Offline, no weights."""
+transformers models, PTE sums what the agent loop writes, and the hardware profiles (the ``recipes/hardware``
+files, read into ``data_builders.metrics.hardware.PROFILES``) carry their sources. Offline, no weights."""
 from __future__ import annotations
 
-import math
-from pathlib import Path
+import dataclasses
 from types import SimpleNamespace
 
 import pytest
-from omegaconf import OmegaConf
 
 import recipes
-from trainers import hardware, pte
-from data_builders.metrics.pte import (TrajectoryFieldError, gamma, gamma_for_backend, gamma_from_config, param_count,
-                          trajectory_pte)
+from data_builders.agent.trajectory import Trajectory, TrajectoryError
+from data_builders.metrics import hardware, pte
+from data_builders.metrics.pte import gamma, gamma_for_backend, gamma_from_config, param_count, trajectory_pte
+from tests.trajectories import make_trajectory, make_turn
 
 # Published config.json values (Hugging Face hub, meta-llama/Llama-3.1-8B-Instruct, Qwen/Qwen2.5-7B-Instruct,
 # HuggingFaceTB/SmolLM2-135M-Instruct), written out so the test needs no network.
@@ -169,9 +168,8 @@ def test_gamma_for_backend_reads_the_model_config():
 # ------------------------------------------------------------------------------------------- PTE
 def _turn(prefill, new, context, decode, **extra):
     """One turn as the agent loop records it (data_builders/agent/loop.py, Agent._apply)."""
-    return {"round": extra.pop("round", 0), "text": "…", "prefill_text": "", "prefill_tokens": prefill,
-            "new_tokens": new, "cached_tokens": 0, "context_len": context, "decode_tokens": decode,
-            "finish_reason": "stop", "wall_s": 0.5, "logprobs": None, **extra}
+    return make_turn(extra.pop("round", 0), "…", prefill_tokens=prefill, new_tokens=new, context_len=context,
+                     decode_tokens=decode, finish_reason="stop", wall_s=0.5, **extra)
 
 
 # call → tool response (30 tokens) → call → tool response (20 tokens) → answer
@@ -185,13 +183,13 @@ def test_pte_by_hand_full_eviction_and_cache_reuse():
     decode = g * (100 * 20 + 150 * 10 + 180 * 5)                       # 44.0
     assert pte.pte(TURNS, g) == pytest.approx(100 + 150 + 180 + decode)                 # 474
     assert pte.pte(TURNS, g, cache_reuse=True) == pytest.approx(100 + 30 + 20 + decode)  # 194
-    assert trajectory_pte({"task_id": "t", "turns": TURNS}, g) == pytest.approx(474.0)
-    assert trajectory_pte({"turns": TURNS}, g, cache_reuse=True) == pytest.approx(194.0)
+    assert trajectory_pte(make_trajectory(TURNS), g) == pytest.approx(474.0)
+    assert trajectory_pte(make_trajectory(TURNS), g, cache_reuse=True) == pytest.approx(194.0)
     assert pte.pte_per_turn(TURNS, g) == pytest.approx([120.0, 165.0, 189.0])
     assert pte.turn_cost(TURNS[1], g, cache_reuse=True) == pytest.approx((30.0, 15.0))
-    assert trajectory_pte({"turns": []}, g) == 0.0                        # no generation happened
+    assert trajectory_pte(make_trajectory([]), g) == 0.0                  # no generation happened
     assert pte.pte(TURNS, 0.0) == 430.0                                   # γ = 0: prefill only
-    assert pte.PTEConfig(cache_reuse=True).trajectory_pte({"turns": TURNS}, g) == pytest.approx(194.0)
+    assert pte.PTEConfig(cache_reuse=True).trajectory_pte(make_trajectory(TURNS), g) == pytest.approx(194.0)
 
 
 def test_pte_of_a_real_agent_loop_trajectory():
@@ -200,7 +198,7 @@ def test_pte_of_a_real_agent_loop_trajectory():
 
     (t,), backend = run({"20+20": [CALL % "20+20", "\\boxed{40}"]}, [calc_task(1, "20+20", "40")], mode="force")
     prompts = [len(p.split()) for (p,) in backend.calls]                 # the scripted backend's token count
-    decodes = [len(tr["text"].split()) for tr in t["turns"]]
+    decodes = [len(tr.text.split()) for tr in t.turns]
     g = 0.003
     assert trajectory_pte(t, g) == pytest.approx(sum(p + g * p * d for p, d in zip(prompts, decodes)))
     new = [prompts[0]] + [p - (q + d) for p, q, d in zip(prompts[1:], prompts, decodes)]
@@ -209,29 +207,22 @@ def test_pte_of_a_real_agent_loop_trajectory():
     assert trajectory_pte(t, g, cache_reuse=True) < trajectory_pte(t, g)
 
 
-def test_pte_errors_name_the_field_and_the_turn():
-    broken = [TURNS[0], {k: v for k, v in TURNS[1].items() if k != "decode_tokens"}]
-    with pytest.raises(TrajectoryFieldError, match=r"turn 1 has no 'decode_tokens'"):
-        pte.pte(broken, 0.01)
-    no_new = [{k: v for k, v in t.items() if k != "new_tokens"} for t in TURNS]
-    assert pte.pte(no_new, 0.01) == pytest.approx(474.0)                # full eviction never reads it
-    with pytest.raises(TrajectoryFieldError, match=r"turn 0 has no 'new_tokens'"):
-        pte.pte(no_new, 0.01, cache_reuse=True)
-    with pytest.raises(TrajectoryFieldError, match=r"turn 2: 'context_len' must be a non-negative token count"):
-        pte.pte([TURNS[0], TURNS[1], {**TURNS[2], "context_len": None}], 0.01)
-    with pytest.raises(TrajectoryFieldError, match=r"turn 0: 'prefill_tokens'.*-3"):
-        pte.pte([{**TURNS[0], "prefill_tokens": -3}], 0.01)
-    with pytest.raises(TrajectoryFieldError, match=r"trajectory 'abc' has no 'turns'"):
-        trajectory_pte({"task_id": "abc", "messages": []}, 0.01)
-    with pytest.raises(TrajectoryFieldError, match="not a mapping"):
-        pte.pte([42], 0.01)
+def test_pte_errors_name_the_task_and_the_turn():
+    # new_tokens may be missing from an old file: full eviction never reads it, cache-reuse PTE refuses
+    old = [dataclasses.replace(t, new_tokens=None) for t in TURNS]
+    assert pte.pte(old, 0.01) == pytest.approx(474.0)
+    with pytest.raises(TrajectoryError, match=r"task 'w2t/9': field 'turns\[0\]\.new_tokens': not recorded"):
+        trajectory_pte(make_trajectory(old, task_id="w2t/9"), 0.01, cache_reuse=True)
     with pytest.raises(ValueError, match="gamma must be a non-negative number"):
         pte.pte(TURNS, float("nan"))
+    # token counts themselves are checked once, by the trajectory's validator, when a record is read
+    record = make_trajectory(TURNS, task_id="abc").to_dict()
+    record["turns"][2]["context_len"] = None
+    with pytest.raises(TrajectoryError, match=r"task 'abc': field 'turns\[2\]\.context_len': must be an integer"):
+        Trajectory.from_dict(record)
 
 
 # ------------------------------------------------------------------------------------------- hardware profiles
-HARDWARE_DIR = Path(recipes.CONFIG_DIR) / "hardware"
-YAMLS = sorted(HARDWARE_DIR.glob("*.yaml"))
 
 
 def test_registry_has_the_paper_profiles_and_dense_ones_with_sources():
@@ -249,32 +240,18 @@ def test_registry_has_the_paper_profiles_and_dense_ones_with_sources():
         if name.endswith("_dense"):
             assert not p.sparse and p.hoi == pytest.approx(p.peak_flops / p.mem_bandwidth, rel=1e-12)
     assert hardware.DEFAULT_HARDWARE in hardware.PROFILES
-    assert [n for n, p in hardware.PROFILES.items() if p.sparse] == ["h100_pcie_paper", "h200_nvl_paper",
-                                                                     "a100_pcie_paper"]
+    assert {n for n, p in hardware.PROFILES.items() if p.sparse} == {"h100_pcie_paper", "h200_nvl_paper",
+                                                                     "a100_pcie_paper"}
     with pytest.raises(ValueError, match="does not match"):
         hardware.HardwareProfile("typo", 1513e12, 2e12, 75.65, "a source")
 
 
-def test_every_registry_profile_has_a_hydra_file_and_vice_versa():
-    assert {p.stem for p in YAMLS} == set(hardware.PROFILES)
-
-
-@pytest.fixture(scope="module")
-def hardware_override():
-    """``+hardware=`` while fit.yaml's defaults list has no hardware entry; ``hardware=`` once it has one."""
-    return "hardware" if "hardware" in recipes.compose("fit", ["recipe=g_step", "logger=none"]) else "+hardware"
-
-
-@pytest.mark.parametrize("path", YAMLS, ids=lambda p: p.stem)
-def test_hardware_yaml_composes_and_matches_the_registry(path, hardware_override):
-    name = path.stem
-    assert path.read_text().startswith(f"# +hardware={name}")
-    cfg = recipes.compose("fit", ["recipe=g_step", "logger=none", f"{hardware_override}={name}"])
-    node = OmegaConf.to_container(cfg.hardware)
-    assert node == hardware.PROFILES[name].as_dict()
-    assert isinstance(node["peak_flops"], float) and isinstance(node["mem_bandwidth"], float)
-    assert hardware.get_profile(cfg.hardware) == hardware.PROFILES[name]
-    assert math.isclose(gamma_from_config(SMOLLM2_135M, cfg.hardware), gamma_from_config(SMOLLM2_135M, name))
+def test_the_composed_hardware_node_gives_the_papers_gamma():
+    """The default ``hardware`` group option, as Hydra composes it, prices the paper's Table 3 exactly."""
+    node = recipes.compose("evaluate").hardware
+    assert node.name == PAPER and hardware.get_profile(node) == hardware.PROFILES[PAPER]
+    assert gamma_from_config(LLAMA_31_8B, node, params="total", paper_rounding=True) == 0.00625
+    assert gamma_from_config(QWEN25_7B, node, params="non_embedding", paper_rounding=True) == 0.00329
 
 
 def test_get_profile_accepts_names_profiles_and_mappings_only():

@@ -3,12 +3,15 @@ sweep grid expands into overrides that land in the composed config."""
 from __future__ import annotations
 
 import itertools
-import json
 import math
 from pathlib import Path
 
 import pytest
-from omegaconf import OmegaConf
+from hydra import compose as hydra_compose, initialize_config_dir
+from hydra.core.utils import JobReturn, JobStatus
+from hydra.types import RunMode
+from hydra.utils import instantiate
+from omegaconf import OmegaConf, open_dict
 
 import controllers
 import recipes
@@ -35,8 +38,10 @@ def test_recipe_composes_and_names_its_trainer(name):
     recipe = cfg.recipe
     assert recipe.name == name and name in fit_entry.RECIPES
     assert callable(fit_entry.resolve(name))
-    first = (RECIPE_DIR / f"{name}.yaml").read_text().splitlines()[0]
-    assert first.startswith("#") and f"python -m trainers.fit recipe={name}" in first
+    # Hydra reads the package directive only above every other line; the command that runs the recipe follows it
+    package, command = (RECIPE_DIR / f"{name}.yaml").read_text().splitlines()[:2]
+    assert package == "# @package _global_" and command == f"# python -m trainers.fit recipe={name}"
+    assert "model" not in recipe                     # the policy is the model group (cfg.model)
     if "controller" in recipe:                     # the controller recipes
         assert fit_entry.RECIPES[name] == "trainers.controller.fit:fit"
         assert recipe.controller.type in controllers.REGISTRY
@@ -129,25 +134,25 @@ def test_load_spec_requires_command_parameters_and_metric(tmp_path):
         sweep.multirun_overrides({"command": ["recipe=g_step"], "parameters": {"x": {"min": 0, "max": 1}}})
 
 
-def _job(root: Path, name: str, auroc, overrides: list[str] | None):
-    d = root / name / "controller"
-    d.mkdir(parents=True)
-    (d / "metrics.json").write_text(json.dumps({"splits": {"val": {"all": {"auroc": auroc, "n": 10}},
-                                                           "test": {"all": {"auroc": 1.0 - (auroc or 0)}}}}))
-    if overrides is not None:
-        (root / name / ".hydra").mkdir()
-        (root / name / ".hydra" / "overrides.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(overrides)))
-
-
-def test_ranked_runs_orders_jobs_by_the_validation_metric(tmp_path):
-    _job(tmp_path, "0", 0.71, ["recipe=g_step", "recipe.train.lr=0.001"])
-    _job(tmp_path, "1", 0.93, ["recipe=g_step", "recipe.train.lr=0.003"])
-    _job(tmp_path, "2", None, None)                     # one class in val: no AUROC, ranked last
-    (tmp_path / "3").mkdir()                            # a job that died before exporting: not listed
-    best_first = sweep.ranked_runs(tmp_path, "val/auroc", "maximize")
-    assert best_first == [(0.93, "recipe=g_step recipe.train.lr=0.003"),
-                          (0.71, "recipe=g_step recipe.train.lr=0.001"), (None, "2")]
-    lowest_first = sweep.ranked_runs(tmp_path, "val/auroc", "minimize")
-    assert [v for v, _ in lowest_first] == [0.71, 0.93, None]
-    # the ranking reads the named split only
-    assert [round(v, 2) for v, _ in sweep.ranked_runs(tmp_path, "test/auroc", "maximize")] == [1.0, 0.29, 0.07]
+def test_fit_records_each_multirun_objective_and_the_sweep_ranks_them(tmp_path):
+    """fit.yaml's RecordObjective callback appends what each multirun job returned; ranked_runs orders it."""
+    with initialize_config_dir(config_dir=recipes.CONFIG_DIR, version_base="1.3"):
+        cfg = hydra_compose("fit", ["recipe=g_step"], return_hydra_config=True)
+    record = next(c for c in map(instantiate, cfg.hydra.callbacks.values()) if isinstance(c, sweep.RecordObjective))
+    with open_dict(cfg):
+        cfg.hydra.sweep.dir = str(tmp_path)
+        cfg.hydra.mode = RunMode.MULTIRUN
+        for num, (status, value, lr) in enumerate([(JobStatus.COMPLETED, 0.71, "0.001"),
+                                                   (JobStatus.COMPLETED, 0.93, "0.003"),
+                                                   (JobStatus.COMPLETED, float("nan"), "0.01"),  # no val AUROC
+                                                   (JobStatus.FAILED, RuntimeError("died"), "0.1")]):
+            cfg.hydra.job.num = num
+            job = JobReturn(overrides=["recipe=g_step", f"recipe.train.lr={lr}"], status=status, _return_value=value)
+            record.on_job_end(config=cfg, job_return=job)
+    best_first = sweep.ranked_runs(tmp_path, "maximize")
+    assert [label for _, label in best_first] == [f"recipe=g_step recipe.train.lr={lr}" for lr in
+                                                  ("0.003", "0.001", "0.01")]     # the failed job: not listed
+    assert best_first[:2] == [(0.93, "recipe=g_step recipe.train.lr=0.003"),
+                              (0.71, "recipe=g_step recipe.train.lr=0.001")] and math.isnan(best_first[2][0])
+    assert [v for v, _ in sweep.ranked_runs(tmp_path, "minimize")][:2] == [0.71, 0.93]
+    assert sweep.ranked_runs(tmp_path / "nothing", "maximize") == []

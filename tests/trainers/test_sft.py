@@ -3,24 +3,19 @@ from __future__ import annotations
 
 import json
 
-import pytest
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
+from huggingface_hub import ModelCard
 from safetensors.torch import load_file
 
-from recipes import CONFIG_DIR
+from recipes import compose
+from trainers.fit import RunInfo
 
 
-def recipe_cfg(tmp_path, model_dir, *overrides):
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        cfg = compose("fit", overrides=["recipe=tool_sft", f"recipe.model={model_dir}",
-                                        f"recipe.output_dir={tmp_path / 'adapter'}", "recipe.data.builtin_per_cell=1",
-                                        *overrides])
-    recipe = cfg.recipe
-    OmegaConf.set_struct(recipe, False)
-    recipe.report_to = []
-    recipe.command = "pytest"
-    return recipe
+def composed(tmp_path, model_dir, *overrides):
+    """The fit config as ``python -m trainers.fit recipe=tool_sft model=hf model.name=<dir> ...`` composes it,
+    and the run state trainers.fit would pass."""
+    cfg = compose("fit", ["recipe=tool_sft", "model=hf", f"model.name={model_dir}", "logger=none",
+                          f"recipe.output_dir={tmp_path / 'adapter'}", "recipe.data.builtin_per_cell=1", *overrides])
+    return cfg, RunInfo(dir=tmp_path / "run", command="pytest")
 
 
 def test_masks_cover_assistant_turns_only(tiny_model_dir, tmp_path):
@@ -29,7 +24,7 @@ def test_masks_cover_assistant_turns_only(tiny_model_dir, tmp_path):
     from trainers.policy.sft import build_data
 
     tok = AutoTokenizer.from_pretrained(str(tiny_model_dir))
-    data = build_data(recipe_cfg(tmp_path, tiny_model_dir), tok)
+    data = build_data(composed(tmp_path, tiny_model_dir)[0].recipe, tok)
     assert len(data.train) > 0 and len(data.val) > 0
     assert not set(data.train["task_id"]) & set(data.val["task_id"])  # split by task
     for row in data.train.select(range(min(10, len(data.train)))):
@@ -42,27 +37,38 @@ def test_masks_cover_assistant_turns_only(tiny_model_dir, tmp_path):
     assert set(data.train.filter(lambda r: r["kind"] == "direct")["mode"]) == {"no_tool"}
 
 
-def test_a_few_steps_change_the_adapter_and_write_a_model_card(tiny_model_dir, tmp_path):
+def test_a_few_steps_train_the_models_own_adapter_and_write_a_model_card(tiny_model_dir, tmp_path):
     from trainers.policy.sft import fit
 
-    cfg = recipe_cfg(tmp_path, tiny_model_dir, "recipe.train.max_steps=3", "recipe.train.grad_accum=1",
-                     "recipe.train.eval_steps=2")
-    out = fit(cfg)
+    cfg, run = composed(tmp_path, tiny_model_dir, "recipe.train.max_steps=2", "recipe.train.grad_accum=1",
+                        "recipe.train.eval_steps=2")
+    fitted = fit(cfg.recipe, cfg, run)
+    out = fitted.export_dir
     weights = load_file(str(out / "adapter_model.safetensors"))
     lora_b = [v for k, v in weights.items() if "lora_B" in k]
     assert lora_b and any(v.abs().sum() > 0 for v in lora_b)  # B starts at zero: nonzero means it trained
+    # the base is the model group's (the tiny Llama), not the embedded SmolLM2
+    assert json.loads((out / "adapter_config.json").read_text())["base_model_name_or_path"] == str(tiny_model_dir)
+    card = ModelCard.load(out / "README.md")
+    assert card.data.base_model == str(tiny_model_dir) and "sft" in card.data.tags
+    assert "Reproduce: `pytest`" in card.text and '"train_rows"' in card.text and "SmolLM2" not in card.text
     metrics = json.loads((out / "metrics.json").read_text())
-    assert metrics["train_steps"] == 3 and metrics["eval_loss"] > 0
-    card = (out / "README.md").read_text()
-    assert "Reproduce: `pytest`" in card and '"train_rows"' in card
+    assert metrics["train_steps"] == 2 and metrics["eval_loss"] > 0
+    assert fitted.objective_name == "eval_loss" and fitted.objective == metrics["eval_loss"]
+    # the export is the adapter and its papers; optimizer state never goes there
+    assert {f.name for f in out.iterdir()} == {"adapter_config.json", "adapter_model.safetensors", "README.md",
+                                               "metrics.json", "train_config.yaml"}
 
 
 def test_loading_the_adapter_gives_a_different_policy(tiny_model_dir, tmp_path):
     from data_builders.backends.loading import load_backend
     from trainers.policy.sft import fit
 
-    out = fit(recipe_cfg(tmp_path, tiny_model_dir, "recipe.train.max_steps=2", "recipe.train.grad_accum=1",
-                         "recipe.train.lr=0.05", "recipe.data.val_fraction=0"))
+    cfg, run = composed(tmp_path, tiny_model_dir, "recipe.train.max_steps=2", "recipe.train.grad_accum=1",
+                        "recipe.train.lr=0.05", "recipe.data.val_fraction=0")
+    fitted = fit(cfg.recipe, cfg, run)
+    assert fitted.objective_name == "train_loss" and fitted.objective > 0   # no validation split
+    out = fitted.export_dir
     bare = load_backend(str(tiny_model_dir))
     tuned = load_backend(str(tiny_model_dir), adapter=str(out))
     assert tuned.fingerprint.endswith(f"+{out}") and bare.fingerprint != tuned.fingerprint

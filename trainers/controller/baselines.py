@@ -16,6 +16,8 @@ from sklearn.pipeline import make_pipeline
 
 from data_builders.tasks import load_tasks
 
+from trainers.controller.training import new_controller, raw_logits, train
+
 
 def _auroc(y, p):
     y = np.asarray(y, int)
@@ -23,8 +25,6 @@ def _auroc(y, p):
 
 
 def single_layer(recipe, points, splits) -> dict:
-    from trainers.controller.fit import new_controller, raw_logits, train
-
     (x_tr, y_tr, _), (x_va, y_va, _), (x_te, y_te, _) = (splits[s] for s in ("train", "val", "test"))
     n_layers = x_tr.shape[1]
     val = {}

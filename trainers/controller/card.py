@@ -14,7 +14,7 @@ ACTIONS = {"probe": "call tools for this task (else the response is prefilled to
            "commit": "continue with a verification round (else the answer is committed)"}
 
 
-def controller_card(recipe: DictConfig, controller, metrics: dict, manifest: dict) -> str:
+def controller_card(recipe: DictConfig, controller, metrics: dict, manifest: dict, export_dir, command: str) -> str:
     kind = manifest["kind"]
     test, cal = metrics["splits"]["test"], metrics["calibration"]
     data = ModelCardData(library_name="toolwise", tags=["toolwise", "tool-use-controller", recipe.name])
@@ -53,7 +53,7 @@ Columns: see `trainers/controller/metrics.py` (`missed` = positives denied the a
 
 ```python
 import controllers
-gate = controllers.load("{recipe.export_dir}")
+gate = controllers.load("{export_dir}")
 gate.check_contract(featurizer={{"name": "{manifest['featurizer']['name']}", "version": {manifest['featurizer']['version']}}},
                     backend="{manifest['backend']}")
 p = gate.predict_proba(x)      # x from data_builders.features.FEATURIZERS["{kind}"].controller_input(...)
@@ -62,7 +62,7 @@ p = gate.predict_proba(x)      # x from data_builders.features.FEATURIZERS["{kin
 ## Reproduce
 
 ```
-{recipe.command}
+{command}
 ```
 The decision points were built by `{manifest.get('build_command', 'python -m data_builders.build (command not recorded)')}`.
 (`train_config.yaml` holds the resolved configuration; `metrics.json` every split by category and difficulty.)

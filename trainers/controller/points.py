@@ -14,24 +14,22 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+import data_builders.build
 from data_builders.features import FEATURIZERS
 from data_builders.points.store import PointSet, load_points
+from recipes import compose
 
 
 def build_config(cfg: DictConfig) -> DictConfig:
-    from recipes import compose
-
     recipe = cfg.recipe
     build = compose("build", [f"kind={recipe.points.kind}"])
-    OmegaConf.set_struct(build, False)
     for group in ("model", "backend", "tasks"):   # replaced whole: another source has other keys
         build[group] = cfg[group]
-    build = OmegaConf.merge(build, recipe.points.get("build") or {})
-    build.pop("hydra", None)
+    build = OmegaConf.merge(build, recipe.points.build)   # typed: a key build.yaml lacks fails here
     if not recipe.points.get("dir"):
         ident = OmegaConf.to_container(build, resolve=True)
-        ident.pop("out_dir", None)
-        ident.pop("overwrite", None)
+        for key in ("out_dir", "overwrite", "checkpoints"):   # where it goes, and paths model.adapter resolved
+            ident.pop(key)
         digest = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:10]
         build.out_dir = str(Path(recipe.points.root) / recipe.points.kind / f"{build.tasks.source}-{digest}")
     else:
@@ -39,7 +37,7 @@ def build_config(cfg: DictConfig) -> DictConfig:
     return build
 
 
-def decision_points(cfg: DictConfig) -> tuple[PointSet, DictConfig]:
+def decision_points(cfg: DictConfig, command: str = "python -m trainers.fit") -> tuple[PointSet, DictConfig]:
     """The recipe's decision-point dataset (built or resumed if incomplete) and the build config behind it."""
     kind = cfg.recipe.points.kind
     build = build_config(cfg)
@@ -49,10 +47,8 @@ def decision_points(cfg: DictConfig) -> tuple[PointSet, DictConfig]:
         raise FileNotFoundError(f"points.dir={build.out_dir}: no complete decision-point dataset there "
                                 f"(build it with python -m data_builders.build kind={kind} out_dir=...)")
     if not complete:
-        from data_builders.build import run as build_points
-
         print(f"building {kind} decision points into {build.out_dir}")
-        build_points(build, command=f"{cfg.recipe.get('command', 'python -m trainers.fit')} (its decision-point build)")
+        data_builders.build.run(build, command=f"{command} (its decision-point build)")
     else:
         print(f"reusing {kind} decision points from {build.out_dir}")
     points = load_points(build.out_dir, kind=kind, featurizer=FEATURIZERS[kind].id)

@@ -8,20 +8,14 @@ gets a new file. Files are rewritten atomically, so a killed evaluation loses at
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from pathlib import Path
 from typing import Any, Sequence
 
-from data_builders.agent.trajectory import read_jsonl, write_jsonl
-
-
-def digest(obj: Any, n: int = 12) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:n]
-
-
-def task_key(task) -> str:
-    return f"{task.id}:{digest([task.instruction, task.answer, task.env.name], 8)}"
+from data_builders.agent.trajectory import Trajectory, read_trajectories, write_trajectories
+from data_builders.tasks.schema import digest, task_key
 
 
 def file_digest(path: str | Path) -> str:
@@ -41,22 +35,30 @@ class TrajectoryCache:
     def path(self, arm_spec: dict) -> Path:
         return self.root / f"{arm_spec.get('name', 'arm')}-{digest([arm_spec, self.decoding])}.jsonl"
 
-    def load(self, arm_spec: dict) -> dict[str, dict]:
+    def load(self, arm_spec: dict) -> dict[str, Trajectory]:
+        """The arm's cached trajectories by task key; a record without its key is a broken cache file."""
         p = self.path(arm_spec)
-        return {r["_task_key"]: r for r in read_jsonl(p)} if p.exists() else {}
+        if not p.exists():
+            return {}
+        have = {}
+        for n, t in enumerate(read_trajectories(p), 1):
+            if t.task_key is None:
+                raise ValueError(f"{p}: record {n} (task {t.task_id!r}) has no _task_key: not an evaluator cache file")
+            have[t.task_key] = t
+        return have
 
-    def missing(self, arm_spec: dict, tasks: Sequence) -> tuple[dict[str, dict], list]:
+    def missing(self, arm_spec: dict, tasks: Sequence) -> tuple[dict[str, Trajectory], list]:
         have = self.load(arm_spec)
         todo = [t for t in tasks if task_key(t) not in have]
         self.hits += len(tasks) - len(todo)
         self.misses += len(todo)
         return have, todo
 
-    def store(self, arm_spec: dict, have: dict[str, dict], new: Sequence[tuple[Any, dict]]) -> None:
+    def store(self, arm_spec: dict, have: dict[str, Trajectory], new: Sequence[tuple[Any, Trajectory]]) -> None:
         for task, traj in new:
-            have[task_key(task)] = {**traj, "_task_key": task_key(task)}
+            have[task_key(task)] = dataclasses.replace(traj, task_key=task_key(task))
         p = self.path(arm_spec)
         p.parent.mkdir(parents=True, exist_ok=True)
         (p.with_suffix(".spec.json")).write_text(json.dumps({"arm": arm_spec, "policy": self.policy,
                                                              "decoding": self.decoding}, indent=2, default=str))
-        write_jsonl(p, have.values())
+        write_trajectories(p, have.values())

@@ -44,6 +44,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from recipes import CONFIG_DIR
 
+from data_builders.agent.trajectory import Trajectory
+from trainers.evaluate.report import figure, markdown_table, metric_cells, metric_rows
 from trainers.evaluate.run import Arm, PolicyRun, arm_metrics, run_arm, save_results
 
 NONE = "none"          # the label of the distractor-free setting
@@ -181,25 +183,25 @@ def identity_check(con: dict[str, dict]) -> dict | None:
     return {"cot_minus_tool": total, "sum_of_components": parts, "holds": total == parts}
 
 
-def condition_metrics(trajs: list[dict], gamma: float, pte_cfg) -> dict:
+def condition_metrics(trajs: list[Trajectory], gamma: float, pte_cfg) -> dict:
     m = arm_metrics(trajs, gamma, pte_cfg)
     n = max(len(trajs), 1)
-    m["rejected_calls_per_task"] = sum(t["rejected_calls"] for t in trajs) / n
-    m["format_errors_per_task"] = sum(t["format_errors"] for t in trajs) / n
-    m["noop_calls_per_task"] = sum(sum(c.get("status") == "noop" for c in t["calls"]) for t in trajs) / n
+    m["rejected_calls_per_task"] = sum(t.rejected_calls for t in trajs) / n
+    m["format_errors_per_task"] = sum(t.format_errors for t in trajs) / n
+    m["noop_calls_per_task"] = sum(sum(c.status == "noop" for c in t.calls) for t in trajs) / n
     return m
 
 
-def summarize_setting(by_cond: dict[str, list[dict]], gamma: float, pte_cfg, boot: dict,
+def summarize_setting(by_cond: dict[str, list[Trajectory]], gamma: float, pte_cfg, boot: dict,
                       clusters: Sequence | None = None) -> dict:
     """Per-condition metrics and every contrast (with CIs) for one setting's trajectories."""
     ids = None
     for name, trajs in by_cond.items():
-        these = [t["task_id"] for t in trajs]
+        these = [t.task_id for t in trajs]
         if ids is not None and these != ids:
             raise ValueError(f"condition {name!r} ran other tasks (or another order) than the first condition")
         ids = these
-    correct = {name: np.array([bool(t["correct"]) for t in trajs]) for name, trajs in by_cond.items()}
+    correct = {name: np.array([bool(t.correct) for t in trajs]) for name, trajs in by_cond.items()}
     # one resample for the conditions' CIs and the contrasts' (each condition's draw depends only on the units)
     reps = bootstrap_accuracies(correct, clusters, boot.get("replicates", 2000), boot.get("seed", 0)) \
         if ids else {}
@@ -281,7 +283,7 @@ def run(cfg: DictConfig) -> dict:
     settings = {label: summarize_setting(by_setting[label], gamma, pte_cfg, boot) for label in labels}
     if len(labels) > 1:
         pooled = {name: [t for label in labels for t in by_setting[label][name]] for name in conditions}
-        clusters = [base_id(t["task_id"], d) for label, d in zip(labels, distractors)
+        clusters = [base_id(t.task_id, d) for label, d in zip(labels, distractors)
                     for t in by_setting[label][conditions[0]]] if conditions else None
         settings[POOLED] = summarize_setting(pooled, gamma, pte_cfg, boot, clusters)
     results = {"conditions": {n: CONDITIONS[n].description for n in conditions}, "distractors": labels,
@@ -310,78 +312,69 @@ def _signed(c: dict | None) -> str:
 
 
 def conditions_table(setting: dict) -> str:
-    lines = ["| condition | " + " | ".join(c[1] for c in COLUMNS) + " | acc 95% CI |", "|" + "---|" * (len(COLUMNS) + 2)]
+    rows = []
     for name, m in setting["conditions"].items():
         ci = m.get("accuracy_ci")
-        lines.append(f"| {name} | " + " | ".join(f.format(m[k]) if m.get(k) is not None else "–" for k, _, f in COLUMNS)
-                     + f" | {'–' if ci is None else f'[{ci[0]:.3f}, {ci[1]:.3f}]'} |")
-    return "\n".join(lines)
+        rows.append([name, *metric_cells(m, COLUMNS), "–" if ci is None else f"[{ci[0]:.3f}, {ci[1]:.3f}]"])
+    return markdown_table(["condition", *(c[1] for c in COLUMNS), "acc 95% CI"], rows)
 
 
 def decomposition_table(results: dict) -> str:
     names = ["cot_minus_tool", *DECOMPOSITION]
-    head = "| setting | tasks | " + " | ".join(names) + " | identity |"
-    lines = [head, "|" + "---|" * (len(names) + 3)]
+    rows = []
     for label, s in results["settings"].items():
         ident = s.get("identity")
-        lines.append(f"| {label} | {s['tasks']} | " + " | ".join(_signed(s["contrasts"].get(n)) for n in names)
-                     + f" | {'–' if ident is None else ('holds' if ident['holds'] else 'BROKEN')} |")
-    return "\n".join(lines)
+        rows.append([label, s["tasks"], *(_signed(s["contrasts"].get(n)) for n in names),
+                     "–" if ident is None else ("holds" if ident["holds"] else "BROKEN")])
+    return markdown_table(["setting", "tasks", *names, "identity"], rows)
 
 
 def other_contrasts_table(results: dict) -> str:
     names = ["execution_headroom", "distractor_cost_under_tools", "one_round_effect"]
-    lines = ["| setting | " + " | ".join(names) + " |", "|" + "---|" * (len(names) + 1)]
-    for label, s in results["settings"].items():
-        lines.append(f"| {label} | " + " | ".join(_signed(s["contrasts"].get(n)) for n in names) + " |")
-    return "\n".join(lines)
+    return markdown_table(["setting", *names], [[label, *(_signed(s["contrasts"].get(n)) for n in names)]
+                                                for label, s in results["settings"].items()])
+
+
+def _bars(ax, labels: list[str], series: dict[str, tuple[list[float], list[list[float]]]]) -> None:
+    """Grouped bars with error bars: ``series`` maps a name to (values per label, [lower errors, upper errors])."""
+    x = np.arange(len(labels))
+    width = 0.8 / max(len(series), 1)
+    for i, (name, (vals, err)) in enumerate(series.items()):
+        ax.bar(x + (i - (len(series) - 1) / 2) * width, vals, width, yerr=err, capsize=2,
+               error_kw={"elinewidth": 0.8}, label=name)
+    ax.set_xticks(x, labels, rotation=20, fontsize=8)
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3, axis="y")
 
 
 def plot(results: dict, out_dir: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     labels = list(results["settings"])
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
-    core = [c for c in CORE if all(c in s["conditions"] for s in results["settings"].values())]
-    width = 0.8 / max(len(core), 1)
-    x = np.arange(len(labels))
-    for i, name in enumerate(core):
-        acc = [results["settings"][lb]["conditions"][name]["accuracy"] for lb in labels]
-        ci = [results["settings"][lb]["conditions"][name].get("accuracy_ci") or [a, a] for lb, a in zip(labels, acc)]
-        err = np.array([[a - c[0] for a, c in zip(acc, ci)], [c[1] - a for a, c in zip(acc, ci)]]).clip(min=0)
-        ax1.bar(x + (i - (len(core) - 1) / 2) * width, acc, width, yerr=err, capsize=2, error_kw={"elinewidth": 0.8}, label=name)
-    ax1.set_xticks(x, labels, rotation=20, fontsize=8)
-    ax1.set_ylabel("accuracy")
-    ax1.set_ylim(0, 1.05)
-    ax1.set_title("cot → format_only → noop_tool → full_tool (95% CI)", fontsize=9)
-    ax1.legend(fontsize=7)
-    ax1.grid(alpha=0.3, axis="y")
-    comps = ["cot_minus_tool", *DECOMPOSITION]
-    width = 0.8 / len(comps)
-    for i, name in enumerate(comps):
-        vals, errs = [], [[], []]
-        for lb in labels:
-            c = results["settings"][lb]["contrasts"].get(name)
-            v = c["value"] if c else np.nan
-            vals.append(v)
-            errs[0].append(max(v - c["ci"][0], 0) if c else 0)
-            errs[1].append(max(c["ci"][1] - v, 0) if c else 0)
-        ax2.bar(x + (i - (len(comps) - 1) / 2) * width, vals, width, yerr=errs, capsize=2, error_kw={"elinewidth": 0.8}, label=name)
-    ax2.axhline(0, color="black", lw=0.8)
-    ax2.set_xticks(x, labels, rotation=20, fontsize=8)
-    ax2.set_ylabel("accuracy difference")
-    ax2.set_title("gap = formatting_cost + protocol_overhead − execution_gain", fontsize=9)
-    ax2.legend(fontsize=7)
-    ax2.grid(alpha=0.3, axis="y")
-    fig.suptitle(f"{results['policy'].split('@')[0]} · gsm8k {results['split']} · tool mode {results['tool_mode']}",
-                 fontsize=9)
-    fig.tight_layout()
+    settings = [results["settings"][lb] for lb in labels]
+    core = [c for c in CORE if all(c in s["conditions"] for s in settings)]
+    accuracy = {}
+    for name in core:
+        acc = [s["conditions"][name]["accuracy"] for s in settings]
+        ci = [s["conditions"][name].get("accuracy_ci") or [a, a] for s, a in zip(settings, acc)]
+        accuracy[name] = (acc, np.array([[a - c[0] for a, c in zip(acc, ci)],
+                                         [c[1] - a for a, c in zip(acc, ci)]]).clip(min=0))
+    gaps = {}
+    for name in ["cot_minus_tool", *DECOMPOSITION]:
+        cs = [s["contrasts"].get(name) for s in settings]
+        vals = [c["value"] if c else np.nan for c in cs]
+        gaps[name] = (vals, [[max(v - c["ci"][0], 0) if c else 0 for v, c in zip(vals, cs)],
+                             [max(c["ci"][1] - v, 0) if c else 0 for v, c in zip(vals, cs)]])
     path = out_dir / "factorized.png"
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    with figure(path, ncols=2, figsize=(12, 4.5)) as (fig, (ax1, ax2)):
+        _bars(ax1, labels, accuracy)
+        ax1.set_ylabel("accuracy")
+        ax1.set_ylim(0, 1.05)
+        ax1.set_title("cot → format_only → noop_tool → full_tool (95% CI)", fontsize=9)
+        _bars(ax2, labels, gaps)
+        ax2.axhline(0, color="black", lw=0.8)
+        ax2.set_ylabel("accuracy difference")
+        ax2.set_title("gap = formatting_cost + protocol_overhead − execution_gain", fontsize=9)
+        fig.suptitle(f"{results['policy'].split('@')[0]} · gsm8k {results['split']} · tool mode "
+                     f"{results['tool_mode']}", fontsize=9)
     return path
 
 
@@ -434,8 +427,8 @@ def _log_wandb(cfg: DictConfig, results: dict, files: list[Path]) -> None:
     from trainers.tracking import log_report
 
     cols = ["setting", "condition"] + [c[0] for c in COLUMNS]
-    rows = [[label, name] + [m.get(c[0]) for c in COLUMNS]
-            for label, s in results["settings"].items() for name, m in s["conditions"].items()]
+    rows = metric_rows((((label, name), m) for label, s in results["settings"].items()
+                        for name, m in s["conditions"].items()), COLUMNS)
     con = [[label, name, c["value"], c["ci"][0], c["ci"][1]]
            for label, s in results["settings"].items() for name, c in s["contrasts"].items()]
     log_report(cfg, "factorized", {"conditions": (cols, rows),

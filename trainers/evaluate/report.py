@@ -1,7 +1,15 @@
-"""The evaluator's ``report.md`` and plots (matplotlib, PNG) from ``results.json``'s structure."""
+"""Report writing for the evaluator and the factorized comparison: markdown tables and matplotlib figures
+(shared helpers), and the evaluator's own ``report.md`` and plots from ``results.json``'s structure."""
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterable, Iterator, Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")   # reports are files: never open a window, also on a machine without a display
+import matplotlib.pyplot as plt  # noqa: E402
 
 COLUMNS = [("accuracy", "acc", "{:.3f}"), ("tool_calls_per_task", "calls/task", "{:.2f}"),
            ("tool_call_rate", "call rate", "{:.2f}"), ("tokens_per_task", "tokens", "{:.0f}"),
@@ -9,28 +17,55 @@ COLUMNS = [("accuracy", "acc", "{:.3f}"), ("tool_calls_per_task", "calls/task", 
            ("latency_s_per_task", "latency s", "{:.2f}"), ("format_error_rate", "fmt err", "{:.3f}")]
 
 
-def _fmt(v, spec) -> str:
+# ---------------------------------------------------------------------------- shared by every report
+def fmt(v, spec: str) -> str:
     return "–" if v is None else spec.format(v)
 
 
+def markdown_table(header: Sequence[str], rows: Iterable[Sequence]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def metric_cells(m: dict, columns: Sequence[tuple[str, str, str]]) -> list[str]:
+    """One table row's cells for ``columns`` = [(metric key, header, format spec)]."""
+    return [fmt(m.get(k), f) for k, _, f in columns]
+
+
+def metric_rows(named: Iterable[tuple[Sequence, dict]], columns: Sequence[tuple[str, str, str]]) -> list[list]:
+    """Raw values for W&B tables: ``named`` yields (leading label cells, metrics dict)."""
+    return [[*labels, *(m.get(k) for k, _, _ in columns)] for labels, m in named]
+
+
+@contextmanager
+def figure(path: Path, **subplots) -> Iterator[tuple]:
+    """``with figure(out / "x.png", ncols=2) as (fig, axes):`` draws, then lays out, saves at 120 dpi, closes."""
+    fig, axes = plt.subplots(**subplots)
+    try:
+        yield fig, axes
+        fig.tight_layout()
+        fig.savefig(path, dpi=120)
+    finally:
+        plt.close(fig)
+
+
+# ---------------------------------------------------------------------------- the evaluator's report
 def arms_table(results: dict) -> str:
-    head = "| arm | " + " | ".join(c[1] for c in COLUMNS) + " | ΔAcc (pts) | ΔTC | ΔAcc/−ΔTC |"
-    lines = [head, "|" + "---|" * (len(COLUMNS) + 4)]
+    header = ["arm", *(c[1] for c in COLUMNS), "ΔAcc (pts)", "ΔTC", "ΔAcc/−ΔTC"]
+    rows = []
     for name, m in results["arms"].items():
         d = results["deltas"][name]
-        lines.append(f"| {name} | " + " | ".join(_fmt(m["all"].get(k), f) for k, _, f in COLUMNS)
-                     + f" | {d['d_acc']:+.1f} | {d['d_tc']:+.2f} | {_fmt(d['d_acc_per_saved_call'], '{:+.1f}')} |")
-    return "\n".join(lines)
+        rows.append([name, *metric_cells(m["all"], COLUMNS), f"{d['d_acc']:+.1f}", f"{d['d_tc']:+.2f}",
+                     fmt(d["d_acc_per_saved_call"], "{:+.1f}")])
+    return markdown_table(header, rows)
 
 
 def by_group_table(results: dict, prefix: str) -> str:
     groups = sorted({g for m in results["arms"].values() for g in m if g.startswith(prefix)})
-    head = "| arm | " + " | ".join(f"{g.split('=')[1]} acc | calls" for g in groups) + " |"
-    lines = [head, "|" + "---|" * (1 + len(groups))]
-    for name, m in results["arms"].items():
-        cells = [f"{m[g]['accuracy']:.3f} / {m[g]['tool_calls_per_task']:.2f}" if g in m else "–" for g in groups]
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    rows = [[name, *(f"{m[g]['accuracy']:.3f} / {m[g]['tool_calls_per_task']:.2f}" if g in m else "–"
+                     for g in groups)] for name, m in results["arms"].items()]
+    return markdown_table(["arm", *(f"{g.split('=')[1]} acc / calls" for g in groups)], rows)
 
 
 def patterns_table(results: dict) -> str | None:
@@ -38,39 +73,30 @@ def patterns_table(results: dict) -> str | None:
     if not rows:
         return None
     keys = [k for k in rows[0][1] if k != "n"]
-    lines = ["| arm | " + " | ".join(keys) + " |", "|" + "---|" * (1 + len(keys))]
-    lines += [f"| {n} | " + " | ".join(str(p.get(k, 0)) for k in keys) + " |" for n, p in rows]
-    return "\n".join(lines)
+    return markdown_table(["arm", *keys], [[n, *(p.get(k, 0) for k in keys)] for n, p in rows])
 
 
-def plots(results: dict, out_dir: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    files = []
+def accuracy_plot(results: dict, x_key: str, x_label: str, path: Path) -> Path:
+    """Accuracy against a cost per task: one marker per arm, one line per τ-swept controller family."""
     swept = {name for c in results["curves"].values() for name in c["arms"]}
-    for x_key, label, fname in (("tool_calls_per_task", "tool calls per task", "accuracy_vs_calls.png"),
-                                ("pte_per_task", "PTE per task (tokens)", "accuracy_vs_pte.png")):
-        fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    with figure(path, figsize=(6.5, 4.5)) as (fig, ax):
         for name, m in results["arms"].items():
             if name not in swept:
                 ax.scatter(m["all"][x_key], m["all"]["accuracy"], label=name, marker="s" if "@" not in name else "o")
         for family, c in results["curves"].items():
             pts = sorted((results["arms"][n]["all"][x_key], results["arms"][n]["all"]["accuracy"]) for n in c["arms"])
             ax.plot([p[0] for p in pts], [p[1] for p in pts], "-o", label=f"{family} (τ sweep)")
-        ax.set_xlabel(label)
+        ax.set_xlabel(x_label)
         ax.set_ylabel("accuracy")
         ax.set_title(f"{results['tasks']} {results['split']} tasks · {results['policy'].split('@')[0]}", fontsize=9)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="best")
-        fig.tight_layout()
-        path = out_dir / fname
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
-        files.append(path)
-    return files
+    return path
+
+
+def plots(results: dict, out_dir: Path) -> list[Path]:
+    return [accuracy_plot(results, "tool_calls_per_task", "tool calls per task", out_dir / "accuracy_vs_calls.png"),
+            accuracy_plot(results, "pte_per_task", "PTE per task (tokens)", out_dir / "accuracy_vs_pte.png")]
 
 
 def write_report(results: dict, out_dir: Path) -> list[Path]:

@@ -17,6 +17,7 @@ the same in W&B (tables and images; offline without a key).
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from dataclasses import dataclass, field
@@ -30,7 +31,9 @@ from tqdm.auto import tqdm
 
 from recipes import CONFIG_DIR
 
-from trainers.evaluate.run.cache import TrajectoryCache, file_digest, task_key
+from data_builders.agent.trajectory import Trajectory
+from trainers.evaluate.cache import TrajectoryCache, file_digest, task_key
+from trainers.evaluate.report import COLUMNS, metric_rows, write_report
 
 CALIBRATED = "calibrated"
 
@@ -51,7 +54,8 @@ class Arm:
     hooks: Callable[[], Any] | None = None
     tau: float | None = None
     backend_key: str = "policy"
-    compose: Callable[[dict[str, list[dict]], list[float]], list[dict]] | None = field(default=None, repr=False)
+    compose: Callable[[dict[str, list[Trajectory]], list[float]], list[Trajectory]] | None = field(default=None,
+                                                                                                  repr=False)
     agent: dict = field(default_factory=dict)
     task_view: str | None = None
 
@@ -152,14 +156,14 @@ def _fixed_prefill(text: str):
 
 
 def _probe_composer(style: str, tau: float):
-    def compose(by_arm: dict[str, list[dict]], probs: list[float]) -> list[dict]:
+    def compose(by_arm: dict[str, list[Trajectory]], probs: list[float]) -> list[Trajectory]:
         use, skip = by_arm[f"prefill_{style}_use"], by_arm[f"prefill_{style}_skip"]
-        return [dict(u if p >= tau else s, probe_p=p) for u, s, p in zip(use, skip, probs)]
+        return [dataclasses.replace(u if p >= tau else s, probe_p=p) for u, s, p in zip(use, skip, probs)]
     return compose
 
 
 # ---------------------------------------------------------------------------- rollouts
-def run_arm(arm: Arm, backend, tasks, cache: TrajectoryCache, agent_kw: dict) -> tuple[list[dict], float, int]:
+def run_arm(arm: Arm, backend, tasks, cache: TrajectoryCache, agent_kw: dict) -> tuple[list[Trajectory], float, int]:
     """The arm's trajectories for ``tasks`` (cached ones reused); returns (trajectories, seconds, computed)."""
     from data_builders.agent.loop import Agent, AgentConfig
 
@@ -198,7 +202,7 @@ def probe_probabilities(probe, backend, tasks, agent_kw: dict, cache_root: Path,
 
 
 # ---------------------------------------------------------------------------- metrics
-def arm_metrics(trajs: list[dict], gamma: float, pte_cfg) -> dict:
+def arm_metrics(trajs: list[Trajectory], gamma: float, pte_cfg) -> dict:
     from data_builders.agent.trajectory import summarize
 
     from data_builders.metrics.pte import trajectory_pte
@@ -206,18 +210,18 @@ def arm_metrics(trajs: list[dict], gamma: float, pte_cfg) -> dict:
     n = len(trajs)
     s = summarize(trajs)
     s["pte_per_task"] = sum(trajectory_pte(t, gamma, cache_reuse=pte_cfg.cache_reuse) for t in trajs) / max(n, 1)
-    s["latency_s_per_task"] = sum(sum(tr.get("wall_s", 0.0) for tr in t["turns"]) for t in trajs) / max(n, 1)
-    s["skipped_calls_per_task"] = sum(sum(c.get("status") == "skipped" for c in t["calls"]) for t in trajs) / max(n, 1)
-    s["continues_per_task"] = sum(sum(d.get("hook") == "on_answer" and d.get("decision") == "continue"
-                                      for d in t.get("decisions", [])) for t in trajs) / max(n, 1)
+    s["latency_s_per_task"] = sum(sum(tr.wall_s or 0.0 for tr in t.turns) for t in trajs) / max(n, 1)
+    s["skipped_calls_per_task"] = sum(sum(c.status == "skipped" for c in t.calls) for t in trajs) / max(n, 1)
+    s["continues_per_task"] = sum(sum(d.hook == "on_answer" and d.decision == "continue"
+                                      for d in t.decisions) for t in trajs) / max(n, 1)
     return s
 
 
-def grouped(trajs: list[dict], gamma: float, pte_cfg) -> dict:
+def grouped(trajs: list[Trajectory], gamma: float, pte_cfg) -> dict:
     out: dict[str, dict] = {}
     for key in ("category", "difficulty"):
-        for value in sorted({t[key] for t in trajs}):
-            out[f"{key}={value}"] = arm_metrics([t for t in trajs if t[key] == value], gamma, pte_cfg)
+        for value in sorted({getattr(t, key) for t in trajs}):
+            out[f"{key}={value}"] = arm_metrics([t for t in trajs if getattr(t, key) == value], gamma, pte_cfg)
     return out
 
 
@@ -244,9 +248,24 @@ def curve_area(points: list[tuple[float, float]], x_max: float) -> float | None:
 
 
 # ---------------------------------------------------------------------------- run
+# The agent settings evaluate.yaml and factorized.yaml listed before they took the ``agent`` group: they always
+# enter the trajectory cache key, so caches written with those files still hit.
+CACHE_KEY_AGENT_FIELDS = ("call_format", "max_rounds", "max_new_tokens", "temperature", "top_p", "seed",
+                          "max_in_flight", "max_continues", "verify_rounds", "logprobs")
+
+
+def decoding_key(agent_kw: dict) -> dict:
+    """The agent settings that key cached trajectories: :data:`CACHE_KEY_AGENT_FIELDS`, plus any other
+    AgentConfig field set away from its default (a field at its default changes no trajectory)."""
+    from data_builders.agent.loop import AgentConfig
+
+    defaults = {f.name: f.default for f in dataclasses.fields(AgentConfig)}
+    return {k: v for k, v in agent_kw.items() if k in CACHE_KEY_AGENT_FIELDS or v != defaults[k]}
+
+
 @dataclass
 class PolicyRun:
-    """What every report command (this one, ``trainers.evaluate.run.factorized``) sets up the same way: the policy on its
+    """What every report command (this one, ``trainers.evaluate.factorized``) sets up the same way: the policy on its
     engine, one decoding, PTE's γ and the trajectory cache keyed by policy and decoding."""
 
     backend: Any
@@ -264,9 +283,9 @@ class PolicyRun:
 
         backend = backend_from_config(cfg.model, cfg.get("backend"))
         agent_kw = OmegaConf.to_container(cfg.agent, resolve=True)
-        pte_cfg = PTEConfig(hardware=OmegaConf.to_container(cfg.hardware, resolve=True), params=cfg.pte.params,
-                            cache_reuse=cfg.pte.cache_reuse, gamma=cfg.pte.get("gamma"))
-        decoding = {**agent_kw, "split": cfg.split}
+        pte_cfg = PTEConfig(hardware=OmegaConf.to_container(cfg.hardware, resolve=True),
+                            **OmegaConf.to_container(cfg.pte, resolve=True))
+        decoding = {**decoding_key(agent_kw), "split": cfg.split}
         return cls(backend, agent_kw, pte_cfg, pte_cfg.gamma_for(backend), decoding,
                    TrajectoryCache(cfg.cache_dir, backend.fingerprint, decoding))
 
@@ -294,8 +313,7 @@ def run(cfg: DictConfig) -> dict:
     from data_builders.tasks import tasks_from_config
 
     from data_builders.metrics.patterns import count_patterns
-    from trainers.evaluate.run.report import write_report
-
+    
     out_dir = Path(cfg.out_dir)
     tasks = tasks_from_config(cfg)
     ctx = PolicyRun.from_config(cfg)
@@ -306,7 +324,7 @@ def run(cfg: DictConfig) -> dict:
     backends = {"policy": backend}
 
     start = time.perf_counter()
-    by_arm: dict[str, list[dict]] = {}
+    by_arm: dict[str, list[Trajectory]] = {}
     timing: dict[str, dict] = {}
     probs = None
     for arm in arms:
@@ -363,9 +381,8 @@ def _ckpt_metric(path: Path):
 def _log_wandb(cfg: DictConfig, results: dict, files: list[Path]) -> None:
     from trainers.tracking import log_report
 
-    cols = ["arm", "accuracy", "tool_calls_per_task", "tool_call_rate", "tokens_per_task", "token_cost_per_task",
-            "pte_per_task", "latency_s_per_task"]
-    rows = [[name] + [m["all"][c] for c in cols[1:]] for name, m in results["arms"].items()]
+    cols = ["arm"] + [c[0] for c in COLUMNS]
+    rows = metric_rows((((name,), m["all"]) for name, m in results["arms"].items()), COLUMNS)
     log_report(cfg, "evaluate", {"arms": (cols, rows)}, files)
 
 

@@ -6,8 +6,10 @@ policy itself to spend calls only where they pay, instead of gating it from outs
 
 How, top to bottom:
 
-1. Start from the tool_sft policy: its LoRA adapter is loaded *trainable* on the base model, so the tuned
-   policy is again one adapter that every backend loads with ``model.adapter=<dir>``.
+1. Start from the policy of the ``model`` group (default ``model=smollm2_tool_sft``: the embedded model with
+   the committed tool_sft adapter): its adapter is loaded *trainable* on the base model (no adapter: a fresh
+   LoRA from ``recipe.lora``), so the tuned policy is again one adapter that every backend loads with
+   ``model.adapter=<dir>``.
 2. Train tasks (built-in generators, plus When2Tool's train files when a path is given; never test tasks)
    become a dataset of rendered first prompts.
 3. TRL's ``rollout_func`` extension point (``ToolRollout``) runs toolwise's own agent loop on each prompt's
@@ -18,7 +20,8 @@ How, top to bottom:
 4. Rewards (``trainers/policy/rewards.py``) are plain functions fed the rollout's fields; W&B gets each reward
    component, accuracy, tool calls and PTE per step.
 5. The adapter, a model card and metrics go to ``checkpoints/pte_grpo/<time>/``; the shared evaluator
-   compares it with the tool_sft policy as one more arm (``arms.policies``).
+   compares it with the tool_sft policy as one more arm (``arms.policies``). The run's objective is the
+   mean reward of the last quarter of the rollout batches.
 
 Generation runs on the trainer's own model (HF ``generate`` through toolwise's HF backend) or, with
 ``recipe.generation.use_vllm=true`` and the ``vllm`` extra, on TRL's colocated vLLM engine, whose weights
@@ -29,12 +32,26 @@ from __future__ import annotations
 import json
 import logging
 import random
+import re
 import time
+from collections import Counter
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable, Sequence
 
+import torch
+from datasets import Dataset
 from omegaconf import DictConfig, OmegaConf
+from trl import GRPOConfig, GRPOTrainer
+
+from data_builders.agent.loop import Agent, AgentConfig
+from data_builders.agent.trajectory import Trajectory
+from data_builders.backends.hf import HFBackend
+from data_builders.backends.vllm_backend import VLLMBackend
+from data_builders.metrics.pte import PTEConfig
+from data_builders.tasks.schema import task_key
+from trainers.fit import Fitted, RunInfo
+from trainers.policy.common import adapter_card, export_adapter, load_policy, train, train_tasks, trainer_args
+from trainers.policy.rewards import reward_setup
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +69,7 @@ class EpisodeTokens:
     logprobs: list[float]      # sampling log-prob of model tokens; 0.0 for env tokens (masked out of the loss)
 
 
-def episode_tokens(traj: dict, tokenizer, render: Callable[[list[dict]], str]) -> EpisodeTokens:
+def episode_tokens(traj: Trajectory, tokenizer, render: Callable[[list[dict]], str]) -> EpisodeTokens:
     """One multi-turn episode as the token sequence the policy gradient sees.
 
     ``render(messages)`` must be the agent's renderer (chat template + tools, generation prompt appended).
@@ -60,32 +77,32 @@ def episode_tokens(traj: dict, tokenizer, render: Callable[[list[dict]], str]) -
     turns is what the next prompt adds after the previous prompt and that turn's text. An EOS the model
     generated is not repeated from the template's end-of-turn marker.
     """
-    msgs, turns = traj["messages"], traj["turns"]
+    msgs, turns = traj.messages, traj.turns
     starts = [i for i, m in enumerate(msgs) if m["role"] == "assistant"]
     if len(starts) != len(turns):
-        raise EpisodeTokenError(f"task {traj['task_id']}: {len(starts)} assistant messages but {len(turns)} turns")
+        raise EpisodeTokenError(f"task {traj.task_id}: {len(starts)} assistant messages but {len(turns)} turns")
     encode = lambda text: tokenizer(text, add_special_tokens=False).input_ids  # noqa: E731
     eos_text = tokenizer.eos_token or ""
     prompt = render(msgs[:starts[0]] if starts else msgs)
     ids, mask, lps = [], [], []
     for k, (a, turn) in enumerate(zip(starts, turns)):
-        if "token_ids" not in turn:
-            raise EpisodeTokenError(f"task {traj['task_id']}: turn {k} has no token_ids (run with keep_token_ids)")
+        if turn.token_ids is None:
+            raise EpisodeTokenError(f"task {traj.task_id}: turn {k} has no token_ids (run with keep_token_ids)")
         here = render(msgs[:a]) if k else prompt
         if k:
             before = render(msgs[:starts[k - 1]]) + msgs[starts[k - 1]]["content"]
             if not here.startswith(before):
-                raise EpisodeTokenError(f"task {traj['task_id']}: turn {k}'s prompt does not extend turn {k - 1}'s")
+                raise EpisodeTokenError(f"task {traj.task_id}: turn {k}'s prompt does not extend turn {k - 1}'s")
             between = here[len(before):]
-            if turns[k - 1].get("finish_reason") == "eos" and eos_text and between.startswith(eos_text):
+            if turns[k - 1].finish_reason == "eos" and eos_text and between.startswith(eos_text):
                 between = between[len(eos_text):]
             seg = encode(between)
             ids += seg; mask += [0] * len(seg); lps += [0.0] * len(seg)
-        if turn.get("prefill_text"):
-            seg = encode(turn["prefill_text"])
+        if turn.prefill_text:
+            seg = encode(turn.prefill_text)
             ids += seg; mask += [0] * len(seg); lps += [0.0] * len(seg)
-        gen = list(turn["token_ids"])
-        lp = list(turn.get("raw_logprobs") or [0.0] * len(gen))
+        gen = list(turn.token_ids)
+        lp = list(turn.raw_logprobs or [0.0] * len(gen))
         ids += gen; mask += [1] * len(gen); lps += (lp + [0.0] * len(gen))[:len(gen)]
     return EpisodeTokens(encode(prompt), ids, mask, lps)
 
@@ -96,7 +113,7 @@ class ToolRollout:
     each, as TRL's sampler repeats them) and returns token sequences plus the fields the rewards read."""
 
     def __init__(self, tasks_by_prompt: dict[str, Any], tokenizer, *, agent: dict, pte_cfg, normaliser,
-                 model_id: str, seed: int = 0, extra: dict | None = None):
+                 model_id: str, seed: int = 0, extra: dict | None = None, batch_limits: dict | None = None):
         self.tasks = tasks_by_prompt
         self.extra = dict(extra or {})     # scalars every reward call gets (e.g. OTC's c)
         self.tokenizer = tokenizer
@@ -104,24 +121,17 @@ class ToolRollout:
         self.pte_cfg = pte_cfg
         self.normaliser = None if normaliser in (None, "auto") else float(normaliser)
         self.model_id = model_id
+        self.batch_limits = dict(batch_limits or {})   # HF generation: max_batch_size / max_batch_tokens
         self.seed = seed
         self.gamma: float | None = None
         self.history: list[dict] = []      # one summary per rollout batch (the model card's curves)
 
     def backend(self, trainer):
         if getattr(trainer, "use_vllm", False):
-            from data_builders.backends.vllm_backend import VLLMBackend
-
             return VLLMBackend.wrap(trainer.vllm_generation.llm, self.tokenizer, model_id=self.model_id)
-        from data_builders.backends.hf import HFBackend
-
-        return HFBackend(trainer.model, self.tokenizer, model_id=self.model_id)
+        return HFBackend(trainer.model, self.tokenizer, model_id=self.model_id, **self.batch_limits)
 
     def __call__(self, prompts: list[str], trainer) -> dict[str, list]:
-        import torch
-
-        from data_builders.agent.loop import Agent, AgentConfig
-
         unknown = [p for p in prompts if p not in self.tasks]
         if unknown:
             raise KeyError(f"rollout got {len(unknown)} prompt(s) that are not rendered train tasks, e.g. "
@@ -153,20 +163,19 @@ class ToolRollout:
         seqs = [episode_tokens(t, self.tokenizer, agent.renderer(task)) for t, task in zip(trajs, tasks)]
         n = len(trajs)
         self.history.append({"step": step, "episodes": n, "seconds": round(seconds, 1),
-                             "accuracy": sum(t["correct"] for t in trajs) / n,
-                             "tool_calls": sum(t["tool_calls"] for t in trajs) / n,
-                             "pte": sum(ptes) / n, "format_errors": sum(t["format_errors"] for t in trajs) / n})
+                             "accuracy": sum(t.correct for t in trajs) / n,
+                             "tool_calls": sum(t.tool_calls for t in trajs) / n,
+                             "pte": sum(ptes) / n, "format_errors": sum(t.format_errors for t in trajs) / n})
         log.info("rollout step %d: %s", step, json.dumps(self.history[-1]))
-        from trainers.evaluate.run.cache import task_key
 
         return {
             "prompt_ids": [s.prompt_ids for s in seqs],
             "completion_ids": [s.completion_ids for s in seqs],
             "logprobs": [s.logprobs for s in seqs],
             "env_mask": [s.env_mask for s in seqs],
-            "correct": [bool(t["correct"]) for t in trajs],
-            "tool_calls": [int(t["tool_calls"]) for t in trajs],
-            "format_errors": [int(t["format_errors"]) for t in trajs],
+            "correct": [bool(t.correct) for t in trajs],
+            "tool_calls": [int(t.tool_calls) for t in trajs],
+            "format_errors": [int(t.format_errors) for t in trajs],
             "pte": ptes,
             "pte_normalised": [p / self.normaliser for p in ptes],
             "task_key": [task_key(task) for task in tasks],
@@ -175,24 +184,8 @@ class ToolRollout:
 
 
 # ---------------------------------------------------------------------------- data
-def train_tasks(d: DictConfig) -> list:
-    from data_builders.tasks import load_tasks
-
-    tasks = load_tasks("builtin", split="train", n_per_cell=d.builtin_per_cell, seed=d.seed,
-                       difficulties=d.get("difficulties"), envs=d.get("envs"))
-    if d.get("when2tool_path"):
-        tasks += load_tasks("when2tool", split="train", path=d.when2tool_path, hops=d.get("hops", "single"),
-                            per_cell=d.get("when2tool_per_cell"), sample_seed=d.seed,
-                            difficulties=d.get("difficulties"), envs=d.get("envs"))
-    if not tasks:
-        raise ValueError("recipe.data selects no train tasks; check data.envs / data.difficulties")
-    return tasks
-
-
 def prompt_dataset(tasks: Sequence, render_first: Callable[[Any], str], seed: int):
     """A shuffled ``datasets.Dataset`` of first prompts and the prompt → task map the rollout uses."""
-    from datasets import Dataset
-
     by_prompt: dict[str, Any] = {}
     for t in tasks:
         by_prompt.setdefault(render_first(t), t)   # identical prompts are the same task for the policy
@@ -202,41 +195,11 @@ def prompt_dataset(tasks: Sequence, render_first: Callable[[Any], str], seed: in
 
 
 # ---------------------------------------------------------------------------- fit
-def load_policy(recipe: DictConfig):
-    """Base model + the start adapter loaded trainable (or a fresh LoRA when ``start_adapter`` is null)."""
-    import torch
-    from peft import LoraConfig, PeftModel, get_peft_model
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from data_builders.backends.loading import EMBEDDED_ALIASES, EMBEDDED_ID, embedded_model_dir, resolve_adapter
-
-    base = str(embedded_model_dir()) if recipe.model in EMBEDDED_ALIASES else recipe.model
-    model_id = EMBEDDED_ID if recipe.model in EMBEDDED_ALIASES else str(recipe.model)
-    tokenizer = AutoTokenizer.from_pretrained(base)
-    tokenizer.padding_side = "left"
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
-    start = resolve_adapter(recipe.get("start_adapter"))
-    if start:
-        model = PeftModel.from_pretrained(model, start, is_trainable=True)
-    else:
-        lora = recipe.lora
-        model = get_peft_model(model, LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
-                                                 target_modules=OmegaConf.to_container(lora.target_modules)
-                                                 if not isinstance(lora.target_modules, str) else lora.target_modules,
-                                                 task_type="CAUSAL_LM"))
-    freeze_lower_layers(model, recipe.train.get("trainable_layers"))
-    return model, tokenizer, model_id, start
-
-
 def freeze_lower_layers(model, top: int | None) -> int:
     """Train only the LoRA weights of the top ``top`` decoder layers (None: all). Autograd then stops
     below the lowest trainable layer, which removes most of the backward pass: on 2 CPU cores the policy
     update, a forward and backward over every episode's whole context (~900 tokens), not generation, is
     the dominant cost of a GRPO step. Returns the number of trainable tensors."""
-    import re
-
     n_layers = model.config.num_hidden_layers
     lowest = 0 if top is None else max(n_layers - int(top), 0)
     trainable = 0
@@ -251,101 +214,92 @@ def freeze_lower_layers(model, top: int | None) -> int:
     return trainable
 
 
-def fit(recipe: DictConfig, cfg: DictConfig | None = None) -> Path:
-    import torch
-    from trl import GRPOConfig, GRPOTrainer
-
-    from data_builders.agent.loop import Agent, AgentConfig
-    from data_builders.backends.hf import HFBackend
-
-    from data_builders.metrics.pte import PTEConfig
-    from trainers.policy.rewards import reward_setup
-
+def fit(recipe: DictConfig, cfg: DictConfig, run: RunInfo) -> Fitted:
     t, g, r = recipe.train, recipe.generation, recipe.reward
     torch.manual_seed(t.seed)
-    model, tokenizer, model_id, start = load_policy(recipe)
+    policy = load_policy(cfg.model, recipe.lora)
+    freeze_lower_layers(policy.model, t.trainable_layers)
+
     agent_kw = OmegaConf.to_container(recipe.rollout, resolve=True)
-    first_prompts = Agent(HFBackend(model, tokenizer, model_id=model_id), AgentConfig(**agent_kw))
-    tasks = train_tasks(recipe.data)
-    dataset, by_prompt = prompt_dataset(tasks, first_prompts.initial_prompt, recipe.data.seed)
-    hardware = OmegaConf.to_container(cfg.hardware, resolve=True) if cfg is not None and "hardware" in cfg \
-        else "h100_pcie_paper"
-    pte_cfg = PTEConfig(hardware=hardware, params=r.get("pte_params", "non_embedding"),
-                        cache_reuse=bool(r.get("cache_reuse", False)))
-    rollout = ToolRollout(by_prompt, tokenizer, agent=agent_kw, pte_cfg=pte_cfg, normaliser=r.normaliser,
-                          model_id=model_id, seed=t.seed, extra={"otc_c": float(r.get("otc_c", 1.0))})
+    first_prompts = Agent(HFBackend(policy.model, policy.tokenizer, model_id=policy.base_id), AgentConfig(**agent_kw))
+    dataset, by_prompt = prompt_dataset(train_tasks(recipe.data), first_prompts.initial_prompt, recipe.data.seed)
+
+    pte_cfg = PTEConfig(hardware=OmegaConf.to_container(cfg.hardware, resolve=True), params=r.pte_params,
+                        cache_reuse=r.cache_reuse)
+    rollout = ToolRollout(by_prompt, policy.tokenizer, agent=agent_kw, pte_cfg=pte_cfg, normaliser=r.normaliser,
+                          model_id=policy.base_id, seed=t.seed, extra={"otc_c": float(r.otc_c)},
+                          batch_limits={"max_batch_size": cfg.model.max_batch_size,
+                                        "max_batch_tokens": cfg.model.max_batch_tokens})
     funcs, weights = reward_setup(r.kind, r.lam)
-    out_dir = Path(recipe.output_dir)
-    state_dir = Path(recipe.get("run_dir") or out_dir.parent / f".{out_dir.name}-state") / "trainer_state"
+
+    export_dir = run.export_dir(recipe.output_dir)
     batch = int(g.prompts_per_step) * int(g.num_generations)
-    micro = min(int(t.get("micro_batch", batch)), batch)
+    micro = min(int(t.micro_batch), batch)
     if batch % micro:
         raise ValueError(f"train.micro_batch={micro} must divide prompts_per_step x num_generations = {batch}")
     args = GRPOConfig(
-        output_dir=str(state_dir), run_name=out_dir.name, seed=t.seed, max_steps=t.max_steps,
-        learning_rate=t.lr, lr_scheduler_type=t.scheduler, warmup_steps=t.warmup_steps,
+        **trainer_args(run, export_dir, t, policy), warmup_steps=t.warmup_steps,
         # one rollout batch per optimizer step, consumed in micro-batches: the loss's full-vocabulary
         # log-softmax over 16 episodes of ~1k tokens at once needs >20 GB on CPU
         per_device_train_batch_size=micro, gradient_accumulation_steps=batch // micro,
         steps_per_generation=batch // micro,
         num_generations=g.num_generations, temperature=g.temperature, top_p=g.top_p,
         max_completion_length=g.max_completion_length, beta=t.beta, loss_type=t.loss_type,
-        scale_rewards=t.scale_rewards, reward_weights=weights, logging_steps=1, save_strategy="no",
-        report_to=list(recipe.get("report_to") or []), use_cpu=not torch.cuda.is_available(),
-        gradient_checkpointing=False, dataloader_num_workers=0, disable_tqdm=False, bf16=bool(t.get("bf16", False)),
-        use_vllm=bool(g.use_vllm), vllm_mode=g.get("vllm_mode", "colocate"),
+        scale_rewards=t.scale_rewards, reward_weights=weights, logging_steps=1,
+        gradient_checkpointing=False, bf16=t.bf16,
+        use_vllm=g.use_vllm, vllm_mode=g.vllm_mode,
         # TRL's colocated engine returns processed (temperature-scaled) log-probs of the sampled tokens, which
         # the wrapped backend passes on: what the importance-sampling correction needs
-        vllm_importance_sampling_correction=bool(g.use_vllm),
+        vllm_importance_sampling_correction=g.use_vllm,
     )
-    trainer = GRPOTrainer(model=model, reward_funcs=funcs, args=args, train_dataset=dataset,
-                          processing_class=tokenizer, rollout_func=rollout)
-    before = {k: v.detach().clone() for k, v in model.named_parameters() if v.requires_grad}
-    t0 = time.perf_counter()
-    result = trainer.train()
-    seconds = time.perf_counter() - t0
-    changed = sum(int(not torch.equal(before[k], v.detach())) for k, v in model.named_parameters() if k in before)
-    history = [h for h in trainer.state.log_history if "loss" in h or "reward" in h]
-    metrics = {"train_loss": result.training_loss, "train_steps": result.global_step,
-               "train_runtime_s": round(seconds, 1), "lora_tensors_changed": changed,
-               "lora_tensors": len(before), "pte_normaliser": rollout.normaliser, "gamma": rollout.gamma,
-               "reward": {"kind": r.kind, "lam": float(r.lam), "weights": weights},
-               "train_tasks": len(by_prompt), "rollouts": rollout.history, "log_history": history}
-    out_dir.mkdir(parents=True, exist_ok=True)
-    trainer.model.save_pretrained(str(out_dir))   # adapter_config.json + adapter_model.safetensors only
-    (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=2, default=str))
-    (out_dir / "train_config.yaml").write_text(OmegaConf.to_yaml(recipe, resolve=True))
-    (out_dir / "README.md").write_text(model_card(recipe, metrics, start, seconds, model_id))
-    print(f"adapter={out_dir} steps={result.global_step} runtime_s={seconds:.0f} "
-          f"first_batch={json.dumps(rollout.history[0]) if rollout.history else None} "
-          f"last_batch={json.dumps(rollout.history[-1]) if rollout.history else None}")
-    return out_dir
+    trainer = GRPOTrainer(model=policy.model, reward_funcs=funcs, args=args, train_dataset=dataset,
+                          processing_class=policy.tokenizer, rollout_func=rollout)
+
+    before = {k: v.detach().clone() for k, v in policy.model.named_parameters() if v.requires_grad}
+    metrics = train(trainer)
+    changed = sum(int(not torch.equal(before[k], v.detach()))
+                  for k, v in policy.model.named_parameters() if k in before)
+
+    metrics |= {"reward": last_reward(trainer.state.log_history), "lora_tensors_changed": changed,
+                "lora_tensors": len(before), "pte_normaliser": rollout.normaliser, "gamma": rollout.gamma,
+                "reward_fn": {"kind": r.kind, "lam": float(r.lam), "weights": weights}}
+    history = {"rollouts": rollout.history,
+               "log_history": [h for h in trainer.state.log_history if "loss" in h or "reward" in h]}
+    tasks = list(by_prompt.values())
+    data_stats = {"train_tasks": len(tasks), "train_env": dict(Counter(x.env.name for x in tasks)),
+                  "train_difficulty": dict(Counter(x.difficulty for x in tasks))}
+    card = adapter_card(recipe=recipe, cfg=cfg, run=run, policy=policy, tags=["grpo", "pte"],
+                        body=card_body(recipe, cfg.model.name, metrics, rollout.history), data_stats=data_stats,
+                        metrics=metrics)
+    export_adapter(trainer.model, export_dir, card, cfg, metrics | history | {"data": data_stats})
+    log.info("adapter saved to %s; first batch %s; last batch %s", export_dir,
+             json.dumps(rollout.history[0]) if rollout.history else None,
+             json.dumps(rollout.history[-1]) if rollout.history else None)
+    return Fitted(export_dir, objective=metrics["reward"], objective_name="reward", metrics=metrics)
 
 
-def model_card(recipe: DictConfig, metrics: dict, start: str | None, seconds: float, base_model: str) -> str:
-    from huggingface_hub import ModelCard, ModelCardData
+def last_reward(log_history: list[dict]) -> float:
+    """The run's objective: TRL's logged mean reward over the last quarter of the steps (at least one), so a
+    sweep ranks runs by where training ended, less noisily than on the last sampled batch alone."""
+    rewards = [float(h["reward"]) for h in log_history if "reward" in h]
+    if not rewards:
+        raise ValueError("the GRPO run logged no reward (train.max_steps must be >= 1)")
+    last = rewards[-max(1, len(rewards) // 4):]
+    return sum(last) / len(last)
 
-    data = ModelCardData(library_name="peft", base_model=base_model,
-                         tags=["toolwise", "tool-use", "lora", "grpo", "trl", "pte"])
-    rows = "\n".join(f"| {h['step']} | {h['accuracy']:.3f} | {h['tool_calls']:.2f} | {h['pte']:.0f} | "
-                     f"{h['format_errors']:.2f} | {h['seconds']} |" for h in metrics["rollouts"])
-    r = metrics["reward"]
+
+def card_body(recipe: DictConfig, base: str, metrics: dict, rollouts: list[dict]) -> str:
+    r = metrics["reward_fn"]
     formula = ("correctness − λ·PTE/normaliser" if r["kind"] == "pte"
                else "correctness × r_tool(m, n) (OTC) − λ·PTE/normaliser")
-    card = f"""---
-{data.to_yaml()}
----
+    rows = "\n".join(f"| {h['step']} | {h['accuracy']:.3f} | {h['tool_calls']:.2f} | {h['pte']:.0f} | "
+                     f"{h['format_errors']:.2f} | {h['seconds']} |" for h in rollouts)
+    return f"""Tuned with TRL `GRPOTrainer` on multi-turn tool rollouts (`trainers/policy/grpo.py`). Reward:
+**{formula}** with λ = {r['lam']}, normaliser {metrics['pte_normaliser']:.1f} (PTE γ = {metrics['gamma']}).
+Train tasks only; no test task is used.
 
-# toolwise pte_grpo adapter
-
-LoRA adapter for `{base_model}` tuned with TRL `GRPOTrainer` on multi-turn tool rollouts
-(`trainers/policy/grpo.py`), starting from `{start}`. Reward: **{formula}** with λ = {r['lam']}, normaliser
-{metrics['pte_normaliser']:.1f} (PTE γ = {metrics['gamma']}). Train tasks only; no test task is used.
-
-Reproduce: `{recipe.get('command', 'python -m trainers.fit recipe=pte_grpo')}`
-
-Load: `model.adapter=<this directory>` in any toolwise recipe, e.g.
-`python -m trainers.evaluate.run 'arms.policies=[{{name: pte_grpo, model: {{name: smollm2, adapter: <dir>}}}}]'`.
+Evaluate it as one more arm:
+`python -m trainers.evaluate 'arms.policies=[{{name: pte_grpo, model: {{name: {base}, adapter: <this directory>}}}}]'`.
 
 ## Rollouts during training (sampled, temperature {recipe.generation.temperature})
 
@@ -353,11 +307,5 @@ Load: `model.adapter=<this directory>` in any toolwise recipe, e.g.
 |---|---|---|---|---|---|
 {rows}
 
-Wall time {seconds / 60:.1f} min; {metrics['train_steps']} steps; {metrics['lora_tensors_changed']} of
-{metrics['lora_tensors']} LoRA tensors changed.
-
-## Config
-```yaml
-{OmegaConf.to_yaml(recipe, resolve=True)}```
-"""
-    return str(ModelCard(card))
+Wall time {metrics['train_runtime_s'] / 60:.1f} min; {metrics['train_steps']} steps;
+{metrics['lora_tensors_changed']} of {metrics['lora_tensors']} LoRA tensors changed."""

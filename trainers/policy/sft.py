@@ -7,20 +7,30 @@ given). Each task contributes one tool demonstration, rendered in a prompt mode 
 ``data.tool_modes``; a seeded ``data.direct_fraction`` of the easy single-hop tasks also contributes a
 direct ``\\boxed{gold}`` answer in ``no_tool`` mode, so the fine-tune keeps following "do not use tools".
 A held-out share of the tasks (``data.val_fraction``, split by task so no task is in both) gives the
-validation loss.
+validation loss, the run's objective (the training loss when there is no validation split).
+
+The base is the ``model`` group: the recipe selects the bare embedded model (``model=smollm2_base``); any
+other causal LM with ``model=hf model.name=<hub id | directory | file.gguf>``. A ``model.adapter`` is
+trained further instead of a fresh LoRA from ``recipe.lora``.
 """
 from __future__ import annotations
 
 import json
 import logging
 import random
-import time
 from collections import Counter
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+import torch
+from datasets import Dataset
+from omegaconf import DictConfig
+from trl import SFTConfig, SFTTrainer
+
+from data_builders.oracle.sft import build_examples
+from trainers.fit import Fitted, RunInfo
+from trainers.policy.common import adapter_card, export_adapter, load_policy, train, train_tasks, trainer_args
+from trainers.policy.tokenization import ConversationTooLong, tokenize_conversation
 
 log = logging.getLogger(__name__)
 
@@ -32,16 +42,9 @@ class SFTData:
     stats: dict
 
 
-def demonstration_rows(cfg: DictConfig) -> tuple[list[dict], list[dict], Counter]:
+def demonstration_rows(d: DictConfig) -> tuple[list[dict], list[dict], Counter]:
     """Chat rows for train and validation tasks (split by task), and counts of what was made or dropped."""
-    from data_builders.oracle.sft import build_examples
-    from data_builders.tasks import load_tasks
-
-    d = cfg.data
-    tasks = load_tasks("builtin", split="train", n_per_cell=d.builtin_per_cell, seed=d.seed)
-    if d.get("when2tool_path"):
-        tasks += load_tasks("when2tool", split="train", path=d.when2tool_path, hops=d.get("hops", "both"),
-                            per_cell=d.get("when2tool_per_cell"), sample_seed=d.seed)
+    tasks = train_tasks(d)
     rng = random.Random(d.seed)
     order = list(range(len(tasks)))
     rng.shuffle(order)
@@ -58,11 +61,7 @@ def demonstration_rows(cfg: DictConfig) -> tuple[list[dict], list[dict], Counter
     return parts["train"], parts["val"], counts
 
 
-def tokenized(rows: list[dict], tokenizer, max_length: int, counts: Counter, part: str):
-    from datasets import Dataset
-
-    from trainers.policy.tokenization import ConversationTooLong, tokenize_conversation
-
+def tokenized(rows: list[dict], tokenizer, max_length: int, counts: Counter, part: str) -> Dataset:
     out = []
     for r in rows:
         try:
@@ -75,98 +74,52 @@ def tokenized(rows: list[dict], tokenizer, max_length: int, counts: Counter, par
     return Dataset.from_list(out)
 
 
-def build_data(cfg: DictConfig, tokenizer) -> SFTData:
-    train_rows, val_rows, counts = demonstration_rows(cfg)
-    train = tokenized(train_rows, tokenizer, cfg.data.max_length, counts, "train")
-    val = tokenized(val_rows, tokenizer, cfg.data.max_length, counts, "val")
+def build_data(recipe: DictConfig, tokenizer) -> SFTData:
+    train_rows, val_rows, counts = demonstration_rows(recipe.data)
+    train_set = tokenized(train_rows, tokenizer, recipe.data.max_length, counts, "train")
+    val_set = tokenized(val_rows, tokenizer, recipe.data.max_length, counts, "val")
     stats = dict(counts) | {
-        "train_rows": len(train), "val_rows": len(val),
-        "train_tokens": sum(len(x) for x in train["input_ids"]),
-        "train_loss_tokens": sum(sum(m) for m in train["assistant_masks"]),
-        "train_kind": dict(Counter(train["kind"])), "train_env": dict(Counter(train["env"])),
+        "train_rows": len(train_set), "val_rows": len(val_set),
+        "train_tokens": sum(len(x) for x in train_set["input_ids"]),
+        "train_loss_tokens": sum(sum(m) for m in train_set["assistant_masks"]),
+        "train_kind": dict(Counter(train_set["kind"])), "train_env": dict(Counter(train_set["env"])),
     }
-    return SFTData(train, val, stats)
+    return SFTData(train_set, val_set, stats)
 
 
-def model_card(cfg: DictConfig, stats: dict, metrics: dict, command: str, seconds: float) -> str:
-    return f"""---
-library_name: peft
-base_model: HuggingFaceTB/SmolLM2-135M-Instruct
-tags: [toolwise, tool-use, lora, sft, trl]
----
-# toolwise tool_sft adapter
-
-LoRA adapter that makes SmolLM2-135M-Instruct call When2Tool tools in the xml `<tool_call>` format and
-answer in `\\boxed{{}}`. Trained by `trainers/policy/sft.py` with TRL `SFTTrainer` + peft on oracle
-demonstrations of **train** tasks only (no test task is ever used).
-
-Reproduce: `{command}`
-
-## Data
-```json
-{json.dumps(stats, indent=2)}
-```
-
-## Training
-```yaml
-{OmegaConf.to_yaml(cfg.lora)}{OmegaConf.to_yaml(cfg.train)}```
-Wall time: {seconds / 60:.1f} min on this machine.
-
-## Metrics
-```json
-{json.dumps(metrics, indent=2)}
-```
-Evaluation on held-out test tasks (bare vs SFT policy) is in the repository README.
-"""
+CARD_BODY = """Teaches the When2Tool tool-call format (xml `<tool_call>`) and answers in `\\boxed{{}}`. Trained by
+`trainers/policy/sft.py` with TRL `SFTTrainer` + peft on oracle demonstrations of **train** tasks only (no
+test task is ever used); the loss covers the assistant turns only. Wall time {minutes:.1f} min on the
+training machine. Evaluation on held-out test tasks (bare vs SFT policy) is in the repository README."""
 
 
-def fit(cfg: DictConfig, root: DictConfig | None = None) -> Path:
-    import torch
-    from peft import LoraConfig
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import SFTConfig, SFTTrainer
+def fit(recipe: DictConfig, cfg: DictConfig, run: RunInfo) -> Fitted:
+    t = recipe.train
+    torch.manual_seed(t.seed)
+    policy = load_policy(cfg.model, recipe.lora)
 
-    from data_builders.backends.loading import EMBEDDED_ALIASES, embedded_model_dir
-
-    torch.manual_seed(cfg.train.seed)
-    base = str(embedded_model_dir()) if cfg.model in EMBEDDED_ALIASES else cfg.model
-    tokenizer = AutoTokenizer.from_pretrained(base)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    data = build_data(cfg, tokenizer)
+    data = build_data(recipe, policy.tokenizer)
     log.info("SFT data: %s", json.dumps(data.stats))
-    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
-    lora = LoraConfig(r=cfg.lora.r, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout,
-                      target_modules=OmegaConf.to_container(cfg.lora.target_modules)
-                      if not isinstance(cfg.lora.target_modules, str) else cfg.lora.target_modules,
-                      task_type="CAUSAL_LM")
-    out_dir = Path(cfg.output_dir)
-    t = cfg.train
+    val = data.val if len(data.val) else None
+
+    export_dir = run.export_dir(recipe.output_dir)
     args = SFTConfig(
-        # Optimizer/scheduler state stays with the run's outputs; the checkpoint holds only the adapter.
-        output_dir=str(Path(cfg.get("run_dir") or out_dir.parent / f".{out_dir.name}-state") / "trainer_state"),
-        run_name=out_dir.name, seed=t.seed,
-        num_train_epochs=t.epochs, max_steps=t.max_steps, learning_rate=t.lr, lr_scheduler_type=t.scheduler,
-        warmup_steps=t.warmup_ratio, per_device_train_batch_size=t.batch_size, per_device_eval_batch_size=t.batch_size,
+        **trainer_args(run, export_dir, t, policy), num_train_epochs=t.epochs, warmup_steps=t.warmup_ratio,
+        per_device_train_batch_size=t.batch_size, per_device_eval_batch_size=t.batch_size,
         gradient_accumulation_steps=t.grad_accum, logging_steps=t.logging_steps,
-        eval_strategy="steps" if len(data.val) else "no", eval_steps=t.eval_steps, save_strategy="no",
-        report_to=list(cfg.report_to), max_length=None, use_cpu=not torch.cuda.is_available(),
-        gradient_checkpointing=bool(t.get("gradient_checkpointing", False)),
-        dataloader_num_workers=0, disable_tqdm=False)
-    trainer = SFTTrainer(model=model, args=args, train_dataset=data.train,
-                         eval_dataset=data.val if len(data.val) else None, processing_class=tokenizer,
-                         peft_config=lora)
-    t0 = time.perf_counter()
-    result = trainer.train()
-    seconds = time.perf_counter() - t0
-    metrics = {"train_loss": result.training_loss, "train_steps": result.global_step,
-               "train_runtime_s": round(seconds, 1)}
-    if len(data.val):
+        eval_strategy="no" if val is None else "steps", eval_steps=t.eval_steps, max_length=None,
+        gradient_checkpointing=t.gradient_checkpointing)
+    trainer = SFTTrainer(model=policy.model, args=args, train_dataset=data.train, eval_dataset=val,
+                         processing_class=policy.tokenizer)
+
+    metrics = train(trainer)
+    if val is not None:
         metrics |= {k: v for k, v in trainer.evaluate().items() if k.startswith("eval_")}
-    trainer.model.save_pretrained(str(out_dir))  # adapter_config.json + adapter_model.safetensors only
-    (out_dir / "README.md").write_text(model_card(cfg, data.stats, metrics, cfg.command, seconds))
-    (out_dir / "metrics.json").write_text(json.dumps(metrics | {"data": data.stats}, indent=2))
-    log.info("adapter saved to %s; %s", out_dir, json.dumps(metrics))
-    print(f"adapter={out_dir} " + " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                                           for k, v in metrics.items()))
-    return out_dir
+
+    card = adapter_card(recipe=recipe, cfg=cfg, run=run, policy=policy, tags=["sft"],
+                        body=CARD_BODY.format(minutes=metrics["train_runtime_s"] / 60), data_stats=data.stats,
+                        metrics=metrics)
+    export_adapter(trainer.model, export_dir, card, cfg, metrics | {"data": data.stats})
+    objective = "eval_loss" if "eval_loss" in metrics else "train_loss"
+    log.info("adapter saved to %s; %s", export_dir, json.dumps(metrics))
+    return Fitted(export_dir, objective=metrics[objective], objective_name=objective, metrics=metrics)

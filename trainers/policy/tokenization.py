@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Sequence
 
-from data_builders.backends.hf import render_chat
+from data_builders.backends.chat import render_chat
 
 
 class ConversationTooLong(ValueError):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pkgutil
 from importlib import import_module
 
-from ..core import Solver
+from ..base import Solver
 
 SOLVERS: dict[tuple[str, bool], Solver] = {}
 for _info in pkgutil.iter_modules(__path__):

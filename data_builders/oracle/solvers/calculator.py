@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 
 from ...tasks.schema import Task
-from ..core import CallFn, OracleParseError
+from ..base import CallFn, OracleParseError
 
 _MULTIHOP = re.compile(r"First compute x = (.+?)\. Then compute y = (.+?)\. Finally compute z = (.+?)\. Return only z\.")
 

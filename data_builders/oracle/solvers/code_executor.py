@@ -15,7 +15,7 @@ import re
 from typing import Callable
 
 from ...tasks.schema import Task
-from ..core import CallFn, OracleParseError
+from ..base import CallFn, OracleParseError
 
 _FENCE = re.compile(r"```(?:python)?\n(.*?)```", re.S)
 _STEPS = re.compile(r"Step 2: Using x, run: (.*?)\. Call the result y\.\s*"

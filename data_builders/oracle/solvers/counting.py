@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from ...tasks.schema import Task
-from ..core import CallFn, OracleParseError
+from ..base import CallFn, OracleParseError
 
 # (pattern, tool, names of the captured groups in order)
 _PATTERNS = (

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 
 from ...tasks.schema import Task
-from ..core import CallFn, OracleParseError
+from ..base import CallFn, OracleParseError
 
 MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september",
           "october", "november", "december")

@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 
 from ...tasks.schema import Task
-from ..core import CallFn, OracleParseError
+from ..base import CallFn, OracleParseError
 
 # (pattern, tool, encoding_type); named groups: text, and key where the cipher needs one.
 _TEMPLATES = (

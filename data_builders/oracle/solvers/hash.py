@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 
 from ...tasks.schema import Task
-from ..core import CallFn, OracleParseError
+from ..base import CallFn, OracleParseError
 
 # Greedy up to the last "'?" so a quote inside the hashed text cannot cut it short.
 _HASH = re.compile(r"What is the (\S+) hash of (?:the empty string )?'(.*)'\?")

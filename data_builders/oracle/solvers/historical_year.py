@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 from ...tasks.schema import Task
-from ..core import CallFn, OracleParseError
+from ..base import CallFn, OracleParseError
 
 _EVENT = re.compile(r"In what year was (.*?)\?")
 

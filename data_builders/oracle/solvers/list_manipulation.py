@@ -5,7 +5,7 @@ import ast
 import re
 
 from ...tasks.schema import Task
-from ..core import CallFn, OracleParseError
+from ..base import CallFn, OracleParseError
 
 _LIST = re.compile(r"Initial (\[.*\])\. Apply (\w+)\((.*)\)\. Return final (?:2D )?list\.")
 _KWARG = re.compile(r"(\w+)=(\[[^\]]*\]|[^,]+)")

@@ -6,7 +6,7 @@ import ast
 import re
 
 from ...tasks.schema import Task
-from ..core import CallFn, OracleParseError
+from ..base import CallFn, OracleParseError
 
 _MATRIX = re.compile(r"\[\[[-\d., \[\]]*\]\]")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from ...tasks.schema import Task
-from ..core import CallFn, OracleParseError
+from ..base import CallFn, OracleParseError
 
 _IS_PRIME = re.compile(r"Is (\d+) (?:a )?prime")
 _NTH = re.compile(r"What is the (\d+)(?:st|nd|rd|th) prime number")

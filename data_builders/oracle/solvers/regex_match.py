@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 from ...tasks.schema import Task
-from ..core import CallFn, OracleParseError
+from ..base import CallFn, OracleParseError
 
 _FINDALL_EASY = re.compile(r"What does the regex pattern r'(.*?)' find in the text \"(.*)\" using findall\?", re.S)
 _SEARCH = re.compile(r"What does the regex pattern r'(.*?)' match \((search|match)\) in \"(.*)\"\?", re.S)

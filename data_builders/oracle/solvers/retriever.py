@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 
 from ...tasks.schema import Task
-from ..core import CallFn, OracleParseError
+from ..base import CallFn, OracleParseError
 
 PREFIXES = ("From local corpus only: ", "From local corpus: ")
 TOP_K = 3

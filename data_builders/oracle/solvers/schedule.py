@@ -10,7 +10,7 @@ import ast
 import re
 
 from ...tasks.schema import Task
-from ..core import CallFn, OracleParseError
+from ..base import CallFn, OracleParseError
 
 _TIME = r"(\d{1,2}:\d{2})"
 _MEETINGS = r"(\[\[.*?\]\])"

@@ -10,7 +10,7 @@ import ast
 import re
 
 from ...tasks.schema import Task
-from ..core import CallFn, OracleParseError
+from ..base import CallFn, OracleParseError
 
 _LIST = r"(\[[-\d., ]*\])"
 _CORRELATION = re.compile(rf"Pearson correlation coefficient between X={_LIST} and Y={_LIST}")

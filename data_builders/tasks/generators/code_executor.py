@@ -10,7 +10,7 @@ task); for the hard families it uses a different method from the snippet (a clos
 iterative loop for a recursive snippet, patience sorting for the LIS DP), so the tests that run
 generated snippets in the sandbox and compare with the gold check both.
 
-:func:`generate_multihop` (also ``generate_builtin(hops="multi")``) builds
+:data:`MULTIHOP_GENERATOR` (``builtin.generate_multihop``, or ``generate_builtin(hops="multi")``) builds
 When2Tool-style three-step chains (env 18) from the same snippets and When2Tool's step templates.
 """
 from __future__ import annotations
@@ -714,10 +714,3 @@ def _multihop_draw(difficulty: str, r: random.Random):
 
 MULTIHOP_GENERATOR = EnvGenerator("CodeExecutorEnv", "code_executor", tools=lambda difficulty: TOOLS,
                                   make=_multihop_draw, multi_hop=True)
-
-
-def generate_multihop(split: str, *, n_per_cell: int = 20, seed: int = 0) -> list:
-    """``n_per_cell`` CodeExecutor multi-hop tasks per difficulty (When2Tool env 18 schema)."""
-    from ..builtin import generate_builtin
-
-    return generate_builtin(split, n_per_cell=n_per_cell, seed=seed, envs=["CodeExecutorEnv"], hops="multi")

@@ -7,8 +7,10 @@ environments were requested, and a smaller ``n`` yields a prefix of a larger one
 from __future__ import annotations
 
 import hashlib
+import json
 import random
 from dataclasses import dataclass
+from importlib import resources
 from typing import Any, Callable
 
 from ..schema import SPLITS
@@ -94,8 +96,5 @@ def sampled_cell(gen: EnvGenerator, difficulty: str, split: str, r: random.Rando
 
 def load_fact_table(name: str) -> list[dict]:
     """A JSON fact table shipped in ``generators/facts/`` (read through importlib.resources, so it works installed)."""
-    import json
-    from importlib import resources
-
     text = resources.files(__package__).joinpath("facts").joinpath(name).read_text(encoding="utf-8")
     return json.loads(text)

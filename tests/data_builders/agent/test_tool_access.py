@@ -21,8 +21,8 @@ def test_defaults_change_nothing():
     cfg = AgentConfig()
     assert (cfg.tool_access, cfg.max_tool_calls, cfg.reasoning_check) == ("real", None, True)
     (t,), backend = run({"20+20": [CALL % "20+20", "\\boxed{40}"]}, [calc_task(1, "20+20", "40")], mode="force")
-    assert not {"tool_access", "max_tool_calls", "reasoning_check"} & set(t)    # records keep their keys
-    assert first_prompt(backend)["tools"] == CALC_TOOLS and t["calls"][0]["status"] == "executed"
+    assert not {"tool_access", "max_tool_calls", "reasoning_check"} & set(t.to_dict())   # records keep their keys
+    assert first_prompt(backend)["tools"] == CALC_TOOLS and t.calls[0].status == "executed"
     # the G-STEP mode one-hot is over MODES, which cot does not join
     assert "cot" not in P.MODES and P.ALL_MODES == P.MODES + ("cot",)
     assert P.continue_prompt("default", False) == P.continue_prompt("default", False, True)
@@ -35,45 +35,46 @@ def test_hidden_keeps_the_tool_prompt_but_renders_no_schema_and_rejects_calls():
     assert first["tools"] == []
     assert first["messages"][0]["content"] == P.system_prompt("xml")            # <tool_call> format text kept
     assert first["messages"][1]["content"] == P.user_prompt(calc_task(1, "3+3", "6").instruction, "force", False)
-    assert t["tool_calls"] == 0 and t["rejected_calls"] == 1 and t["format_errors"] == 0 and t["correct"]
-    assert t["calls"] == [{"round": 0, "name": "evaluate_expression", "args": {"expression": "3+3"},
-                           "status": "rejected", "reason": "tools_hidden"}]
-    assert t["messages"][3] == {"role": "user", "content": P.TOOLS_UNAVAILABLE}
-    assert t["tool_access"] == "hidden"
+    assert t.tool_calls == 0 and t.rejected_calls == 1 and t.format_errors == 0 and t.correct
+    assert [c.to_dict() for c in t.calls] == [{"round": 0, "name": "evaluate_expression",
+                                               "args": {"expression": "3+3"}, "status": "rejected",
+                                               "reason": "tools_hidden"}]
+    assert t.messages[3] == {"role": "user", "content": P.TOOLS_UNAVAILABLE}
+    assert t.tool_access == "hidden"
 
 
 def test_noop_runs_the_protocol_but_computes_nothing():
     (t,), backend = run({"6*7": [CALL % "6*7", "\\boxed{42}"]}, [calc_task(1, "6*7", "42")], mode="force",
                         tool_access="noop")
     assert first_prompt(backend)["tools"] == CALC_TOOLS
-    assert t["tool_calls"] == 1 and t["rejected_calls"] == 0 and t["correct"]
-    call = t["calls"][0]
-    assert call["status"] == "noop" and call["result"] == P.NOOP_CALL_RESULT and call["ok"] and call["error_kind"] is None
-    assert json.loads(t["messages"][3]["content"].split("\n")[1]) == P.NOOP_CALL_RESULT
-    assert P.NOOP_CALL_RESULT["result"] is None and "42" not in t["messages"][3]["content"]
-    assert [d["hook"] for d in t["decisions"]] == ["pre_generation", "pre_call", "on_answer"]   # pre_call was asked
-    assert t["tool_access"] == "noop"
+    assert t.tool_calls == 1 and t.rejected_calls == 0 and t.correct
+    call = t.calls[0]
+    assert call.status == "noop" and call.result == P.NOOP_CALL_RESULT and call.ok and call.error_kind is None
+    assert json.loads(t.messages[3]["content"].split("\n")[1]) == P.NOOP_CALL_RESULT
+    assert P.NOOP_CALL_RESULT["result"] is None and "42" not in t.messages[3]["content"]
+    assert [d.hook for d in t.decisions] == ["pre_generation", "pre_call", "on_answer"]   # pre_call was asked
+    assert t.tool_access == "noop"
 
 
 def test_noop_still_honours_a_skip_decision():
     (t,), _ = run({"8+8": [CALL % "8+8", "\\boxed{16}"]}, [calc_task(1, "8+8", "16")], SkipHooks(), tool_access="noop")
-    assert t["calls"][0]["status"] == "skipped" and t["skipped_calls"] == 1 and t["tool_calls"] == 0
+    assert t.calls[0].status == "skipped" and t.skipped_calls == 1 and t.tool_calls == 0
 
 
 def test_max_tool_calls_rejects_calls_past_the_budget():
     script = [CALL % "2+2", CALL % "4+4", "\\boxed{8}"]
     (t,), _ = run({"2+2": script}, [calc_task(1, "2+2", "8")], max_tool_calls=1, max_rounds=5)
-    assert t["tool_calls"] == 1 and t["rejected_calls"] == 1 and t["correct"]
-    assert [c["status"] for c in t["calls"]] == ["executed", "rejected"]
-    assert t["calls"][1]["reason"] == "max_tool_calls"
-    assert t["messages"][5] == {"role": "user", "content": P.TOOL_BUDGET_USED}
+    assert t.tool_calls == 1 and t.rejected_calls == 1 and t.correct
+    assert [c.status for c in t.calls] == ["executed", "rejected"]
+    assert t.calls[1].reason == "max_tool_calls"
+    assert t.messages[5] == {"role": "user", "content": P.TOOL_BUDGET_USED}
     assert P.TOOL_BUDGET_USED.startswith("Tool budget used up. Answer directly")
-    assert t["max_tool_calls"] == 1
+    assert t.max_tool_calls == 1
     (t0,), _ = run({"2+2": script}, [calc_task(1, "2+2", "8")], max_tool_calls=0, max_rounds=5)
-    assert t0["tool_calls"] == 0 and t0["rejected_calls"] == 2
+    assert t0.tool_calls == 0 and t0.rejected_calls == 2
     # no-op calls count against the budget too
     (tn,), _ = run({"2+2": script}, [calc_task(1, "2+2", "8")], max_tool_calls=1, tool_access="noop", max_rounds=5)
-    assert [c["status"] for c in tn["calls"]] == ["noop", "rejected"]
+    assert [c.status for c in tn.calls] == ["noop", "rejected"]
 
 
 def test_cot_mode_has_no_tool_wording_allows_reasoning_and_rejects_calls():
@@ -86,28 +87,28 @@ def test_cot_mode_has_no_tool_wording_allows_reasoning_and_rejects_calls():
                                  {"role": "user", "content": f"{task.instruction}\n\n{P.COT_INSTRUCTION}"}]
     assert "tool" not in json.dumps(first["messages"]).lower()
     assert P.COT_INSTRUCTION == "Think step by step, then give the final answer in \\boxed{...}."
-    assert t["correct"] and t["format_errors"] == 0 and t["mode"] == "cot"
+    assert t.correct and t.format_errors == 0 and t.mode == "cot"
 
     (t,), _ = run({"9*9": [CALL % "9*9", "let me think", reasoned]}, [task], mode="cot", max_rounds=5)
-    assert t["tool_calls"] == 0 and t["rejected_calls"] == 1 and t["calls"][0]["reason"] == "cot" and t["correct"]
-    assert t["messages"][3]["content"] == P.TOOLS_UNAVAILABLE
-    assert t["messages"][5]["content"] == P.continue_prompt("cot", False) == f"Continue. {P.COT_INSTRUCTION}"
+    assert t.tool_calls == 0 and t.rejected_calls == 1 and t.calls[0].reason == "cot" and t.correct
+    assert t.messages[3]["content"] == P.TOOLS_UNAVAILABLE
+    assert t.messages[5]["content"] == P.continue_prompt("cot", False) == f"Continue. {P.COT_INSTRUCTION}"
 
 
 def test_reasoning_check_off_accepts_free_text_before_calls_and_answers():
     task = calc_task(1, "1+1", "2")
     script = ["I will compute this with the tool first. " + CALL % "1+1", "The tool says two, so \\boxed{2}"]
     (on,), _ = run({"1+1": script}, [task], max_rounds=4)
-    assert on["rejected_calls"] == 1 and on["calls"][0]["reason"] == P.NO_REASONING_CALL
+    assert on.rejected_calls == 1 and on.calls[0].reason == P.NO_REASONING_CALL
     (off,), _ = run({"1+1": script}, [task], reasoning_check=False)
-    assert off["tool_calls"] == 1 and off["rejected_calls"] == 0 and off["format_errors"] == 0 and off["correct"]
-    assert off["reasoning_check"] is False
+    assert off.tool_calls == 1 and off.rejected_calls == 0 and off.format_errors == 0 and off.correct
+    assert off.reasoning_check is False
     (t,), _ = run({"1+1": ["I think the answer is clearly two. \\boxed{2}"]}, [task], reasoning_check=False)
-    assert t["format_errors"] == 0 and t["rounds"] == 1 and t["correct"]
+    assert t.format_errors == 0 and t.rounds == 1 and t.correct
     # the nudge after a turn with neither no longer demands "no reasoning text"
     (t,), _ = run({"1+1": ["hmm", "\\boxed{2}"]}, [task], reasoning_check=False)
-    assert t["messages"][3]["content"] == P.continue_prompt("default", False, False)
-    assert "no reasoning" not in t["messages"][3]["content"]
+    assert t.messages[3]["content"] == P.continue_prompt("default", False, False)
+    assert "no reasoning" not in t.messages[3]["content"]
 
 
 @pytest.mark.parametrize("bad", [{"tool_access": "sometimes"}, {"max_tool_calls": -1}, {"max_tool_calls": 1.5},

@@ -9,6 +9,7 @@ import torch
 from data_builders.backends import loading
 from data_builders.backends.base import SamplingParams
 from data_builders.backends.loading import EmbeddedModelMissing, load_backend
+from tests.tiny_models import build_tiny_llama
 
 TOOLS = [{"type": "function", "function": {"name": "evaluate_expression", "description": "Evaluate.",
                                            "parameters": {"type": "object", "properties": {"expression": {"type": "string"}},
@@ -36,7 +37,7 @@ def test_reload_gives_same_fingerprint_and_outputs(tiny_model_dir, tiny_backend)
 
 
 def test_fingerprint_changes_with_config_and_adapter(tmp_path, tiny_backend):
-    other = load_backend(str(loading.build_tiny_llama(tmp_path / "m", hidden_size=32, num_layers=2)))
+    other = load_backend(str(build_tiny_llama(tmp_path / "m", hidden_size=32, num_layers=2)))
     assert other.fingerprint != tiny_backend.fingerprint
     with_adapter = loading.HFBackend(tiny_backend.model, tiny_backend.tokenizer, model_id=tiny_backend.model_id,
                                      adapter="checkpoints/tool_sft/run1")

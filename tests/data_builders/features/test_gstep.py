@@ -17,6 +17,7 @@ from data_builders.backends.base import Backend, Generation
 from data_builders.features.gstep import (FEATURIZER_NAME, FEATURIZER_VERSION, GSTEP_FEATURE_DESCRIPTIONS,
                                           GSTEP_FEATURES, gstep_features)
 from data_builders.tasks.schema import Task
+from tests.trajectories import make_call, make_turn
 
 IDX = {name: i for i, name in enumerate(GSTEP_FEATURES)}
 CALL_TEXT = '<tool_call>\n{"name": "evaluate_expression", "arguments": {"expression": "%s"}}\n</tool_call>'
@@ -32,16 +33,14 @@ def calc_task(answer="42", difficulty="easy", steps=None, **extra) -> Task:
 
 def turn(rnd, text, kind, logprobs=None, *, context_len=100, decode_tokens=None, finish_reason="eos",
          prefill_text=""):
-    return {"round": rnd, "text": text, "prefill_text": prefill_text, "prefill_tokens": context_len,
-            "new_tokens": context_len, "cached_tokens": 0, "context_len": context_len,
-            "decode_tokens": decode_tokens if decode_tokens is not None else len(logprobs or []) or 5,
-            "finish_reason": finish_reason, "wall_s": 0.1, "logprobs": logprobs, "kind": kind}
+    return make_turn(rnd, text, kind=kind, prefill_tokens=context_len, logprobs=logprobs,
+                     decode_tokens=decode_tokens if decode_tokens is not None else len(logprobs or []) or 5,
+                     finish_reason=finish_reason, prefill_text=prefill_text)
 
 
 def executed(rnd, expr, payload):
     ok = payload.get("success") is not False
-    return {"round": rnd, "name": "evaluate_expression", "args": {"expression": expr}, "status": "executed",
-            "result": payload, "ok": ok, "error_kind": None if ok else "runtime_error"}
+    return make_call(rnd, args={"expression": expr}, result=payload, error_kind=None if ok else "runtime_error")
 
 
 def tool_msg(payload):
@@ -137,7 +136,8 @@ def test_error_skip_and_no_value_flags():
     assert f["agree_last_result_no_value"] == 0.0   # an error, not an empty success
 
     view = one_call_view(dict(P.SKIPPED_CALL_RESULT), "\\boxed{42}")
-    view.calls[-1].update(status="skipped", ok=False, error_kind="skipped")
+    view.calls[-1] = make_call(0, args={"expression": "6*7"}, status="skipped", result=dict(P.SKIPPED_CALL_RESULT),
+                               error_kind="skipped")
     g = feats(view, "\\boxed{42}")
     assert g["agree_last_call_skipped"] == 1.0 and g["agree_last_call_errored"] == 0.0
     assert g["traj_calls_executed"] == 0.0 and g["traj_calls_skipped"] == pytest.approx(math.log1p(1))
@@ -150,7 +150,7 @@ def test_error_skip_and_no_value_flags():
 def test_repeated_calls_distinct_tools_and_rounds_since_call():
     view = one_call_view(OK_42, "\\boxed{42}")
     view.calls.insert(0, executed(0, "6*7", OK_42))           # the same call twice
-    view.calls[-1]["round"] = 0
+    view.calls[-1].round = 0
     f = feats(view, "\\boxed{42}")
     assert f["traj_repeated_calls"] == pytest.approx(math.log1p(1))
     assert f["traj_distinct_tools"] == pytest.approx(math.log1p(1))
@@ -238,7 +238,7 @@ def test_box_span_ignores_the_response_prefill():
     gen = "ok \\boxed{42}"
     lps = [-0.01 * (i + 1) for i in range(len(gen))]
     view = direct_view(prefill + gen, lps=lps)
-    view.turns[0]["prefill_text"] = prefill
+    view.turns[0].prefill_text = prefill
     f = feats(view, prefill + gen)
     assert f["traj_prefilled"] == 1.0
     assert f["lp_box_mean"] == pytest.approx(float(np.mean(lps[10:12])), abs=1e-6)
@@ -350,7 +350,7 @@ class _Recorder(Hooks):
         self.decision = decision
 
     def on_answer(self, episode, answer_text):
-        assert episode.turns[-1]["text"] == answer_text and episode.turns[-1]["kind"] == "answer"
+        assert episode.turns[-1].text == answer_text and episode.turns[-1].kind == "answer"
         self.seen.append(feats(episode, answer_text))
         decision, self.decision = self.decision, "commit"
         return decision
@@ -360,7 +360,7 @@ def test_features_inside_the_real_loop_on_answer_hook():
     hooks = _Recorder(decision="continue")
     script = [CALL_TEXT % "6*7", "\\boxed{42}", CALL_TEXT % "6*7+0", "\\boxed{42}"]
     (rec,) = Agent(_Scripted(script), AgentConfig(mode="force", max_continues=1), hooks).run([calc_task()])
-    assert rec["correct"] and len(hooks.seen) == 1      # the re-answer equals the pending one: no second gate call
+    assert rec.correct and len(hooks.seen) == 1      # the re-answer equals the pending one: no second gate call
     f = hooks.seen[0]
     assert f["agree_eq_last_result"] == 1.0 and f["traj_after_executed_call"] == 1.0
     assert f["traj_mode_force"] == 1.0 and f["traj_round"] == 1.0 and f["traj_n_turns"] == 2.0
@@ -389,7 +389,7 @@ def test_reasoning_mode_rejected_answers_and_format_errors():
     turns = [turn(0, "hmm", "content"), turn(1, "\\boxed{42}", "answer"),
              turn(2, "Six times seven makes forty-two. \\boxed{42}", "answer", finish_reason="length")]
     view = EpisodeView(task, messages, turns, [], 2, "sparse_tool")     # When2Tool alias of "sparse"
-    f = feats(view, turns[-1]["text"])
+    f = feats(view, turns[-1].text)
     assert f["traj_reasoning_mode"] == 1.0 and f["traj_mode_sparse"] == 1.0
     assert sum(f[f"traj_mode_{m}"] for m in P.MODES) == 1.0
     assert f["traj_rejected_answers"] == pytest.approx(math.log1p(1))

@@ -47,12 +47,12 @@ def test_demonstrations_replay_through_the_agent_loop_unchanged(train_tasks):
                                                                      if m["role"] == "assistant"]
                for r in tool_rows}
     agent = Agent(ScriptedBackend(scripts), AgentConfig(mode="default", max_rounds=6))
-    trajs = {t["task_id"]: t for t in agent.run([by_task[r["task_id"]] for r in tool_rows])}
+    trajs = {t.task_id: t for t in agent.run([by_task[r["task_id"]] for r in tool_rows])}
     for r in tool_rows:
         traj = trajs[r["task_id"]]
-        assert traj["correct"], (r["task_id"], traj["final_answer"])
-        assert traj["tool_calls"] == r["n_calls"] and traj["format_errors"] == 0
-        assert P.template_messages(traj["messages"]) == r["messages"]
+        assert traj.correct, (r["task_id"], traj.final_response)
+        assert traj.tool_calls == r["n_calls"] and traj.format_errors == 0
+        assert P.template_messages(traj.messages) == r["messages"]
 
 
 def test_parquet_round_trip(tmp_path, train_tasks):

@@ -246,13 +246,13 @@ def _shape(description: str) -> str:
 
 @pytest.fixture(scope="module")
 def multihop():
-    from data_builders.tasks.generators.code_executor import generate_multihop
+    from data_builders.tasks.builtin import generate_multihop
 
     return {split: generate_multihop(split, n_per_cell=20) for split in ("train", "test")}
 
 
 def test_multihop_schema_determinism_and_splits(multihop):
-    from data_builders.tasks.generators.code_executor import generate_multihop
+    from data_builders.tasks.builtin import generate_multihop
 
     for split, ts in multihop.items():
         assert [t.difficulty for t in ts] == [d for d in DIFFICULTIES for _ in range(20)]

@@ -1,0 +1,327 @@
+"""The sandbox's child program: ``sandbox.py`` runs this file's source as ``python -I -X utf8 -u -c <source> <args>``
+in a fresh interpreter for every call (layers 3-5 of the module docstring of ``sandbox.py``; read it first).
+
+The bootstrap is a single function so that nothing it binds is left in a module namespace the user code can
+reach, except through frames (harmless: the hook does not depend on any of it); that is also why its imports
+are inside it. No ``from __future__`` import here on purpose: ``compile`` hands this file's future flags on to
+the user code, which must compile as plain Python. Importing this module (the environment registry imports
+every module of the package) only defines the function.
+"""
+
+
+def _sandbox_bootstrap(argv):
+    # why imports here: nothing the bootstrap binds may be left in a module namespace (module docstring)
+    import sys, posix, resource, signal, _signal, _imp, json, traceback, threading, time
+    import pathlib, stat as _stat_mod, _posixsubprocess
+
+    root, code_path = argv[1], argv[2]
+    report_fd, mem_bytes, cpu_s, fsize, nofile = (int(a) for a in argv[3:8])
+    watchdog_s = float(argv[8])
+    _write, _exit, _out, _err = posix.write, posix._exit, sys.stdout, sys.stderr
+
+    _dumps = json.dumps
+
+    def report(kind, error, code):
+        # Whatever the user code broke (stdout, json, builtins), the process
+        # must end here: the exit status is the fallback report.
+        try:
+            _out.flush()
+            _err.flush()
+        except BaseException:
+            pass
+        try:
+            # Own line, so anything the user wrote to this pipe before is ignored.
+            data = ("\n" + _dumps({"kind": kind, "error": error, "exit_code": code}) + "\n").encode("utf-8", "replace")
+            while data:
+                data = data[_write(report_fd, data):]
+        except BaseException:
+            pass
+        _exit(code)
+
+    # Layer 3: resource limits. Fail closed: a limit that can't be set aborts.
+    try:
+        R = resource
+        R.setrlimit(R.RLIMIT_AS, (mem_bytes, mem_bytes))
+        R.setrlimit(R.RLIMIT_CPU, (cpu_s, cpu_s + 1))
+        R.setrlimit(R.RLIMIT_FSIZE, (fsize, fsize))
+        R.setrlimit(R.RLIMIT_NOFILE, (nofile, nofile))
+        R.setrlimit(R.RLIMIT_CORE, (0, 0))
+        with open(code_path, "rb") as f:
+            source = f.read().decode("utf-8", "surrogatepass")
+    except BaseException as exc:
+        report("sandbox_error", "SandboxError: %s: %s" % (type(exc).__name__, exc), 70)
+
+    # Layer 5: import every built-in module now, so that a later import of one
+    # means someone removed it from sys.modules to get a pristine copy.
+    for name in sys.builtin_module_names:
+        if name not in sys.modules:
+            try:
+                __import__(name)
+            except Exception:
+                pass
+
+    def denied_function(what):
+        def denied(*args, **kwargs):
+            raise PermissionError("[sandbox] %s is not allowed" % what)
+        return denied
+
+    os_mod = sys.modules["os"]
+    for name in ("mknod", "mkfifo", "setsid", "setpgid", "setpgrp", "chroot", "nice",
+                 "setpriority", "sched_setscheduler", "sched_setparam", "login_tty", "tcsetpgrp"):
+        for mod in (posix, os_mod):
+            if hasattr(mod, name):
+                setattr(mod, name, denied_function("os." + name))
+    for mod in (_signal, signal):
+        if hasattr(mod, "pidfd_send_signal"):
+            mod.pidfd_send_signal = denied_function("signal.pidfd_send_signal")
+    _posixsubprocess.fork_exec = denied_function("_posixsubprocess.fork_exec")
+    _imp.create_builtin = denied_function("re-creating a built-in module")
+    _imp.exec_builtin = denied_function("re-executing a built-in module")
+
+    # Layer 4: the audit hook. No helper below has a closure or reads a
+    # global: everything arrives through positional defaults, which live in an
+    # immutable tuple (reassigning __defaults__ is itself audited and refused).
+    # Closures would not do: traceback frames expose the helper functions and
+    # a closure cell can be rewritten without any audit event.
+    def _deny(what, PermissionError=PermissionError):
+        raise PermissionError("[sandbox] " + what)
+
+    def _text(path, what, deny=_deny, isinstance=isinstance, type=type, str=str, bytes=bytes,
+              exact_s=str.__getitem__, exact_b=bytes.__getitem__, decode=bytes.decode,
+              full=slice(None), posix_path=pathlib.PosixPath, pure_posix_path=pathlib.PurePosixPath,
+              fspath_fn=pathlib.PurePath.__fspath__, str_fn=pathlib.PurePath.__str__,
+              str_slot=pathlib.PurePath._str):
+        # Exact str content, never user code: a user __fspath__ could answer one
+        # path to this check and another to the real system call.
+        if isinstance(path, str):
+            return exact_s(path, full)
+        if isinstance(path, bytes):
+            return decode(exact_b(path, full), "utf-8", "surrogateescape")
+        cls = type(path)
+        if (cls is posix_path or cls is pure_posix_path) and cls.__fspath__ is fspath_fn and cls.__str__ is str_fn:
+            # Unmodified pathlib caches the string it handed to the system
+            # call; read that cache instead of calling anything.
+            try:
+                text = str_slot.__get__(path, cls)
+            except AttributeError:
+                text = None
+            if type(text) is str:
+                return text
+        deny(what + " through a path object of type " + cls.__name__)
+
+    def _fd_target(fd, what, deny=_deny, readlink=posix.readlink, str=str, exact_i=int.__add__,
+                   TypeError=TypeError, OSError=OSError):
+        try:
+            fd = exact_i(fd, 0)
+            target = readlink("/proc/self/fd/" + str(fd))
+        except (TypeError, OSError):
+            deny(what + " through a descriptor that can't be resolved")
+        if not target.startswith("/"):
+            deny(what + " through a descriptor that is not a file (" + target + ")")
+        return target
+
+    def _absolute(path, dir_fd, what, deny=_deny, text_of=_text, fd_target=_fd_target,
+                  getcwd=posix.getcwd, normpath=posix._path_normpath, OSError=OSError):
+        text = text_of(path, what)
+        if text.startswith("/"):
+            return normpath(text)
+        if dir_fd is None or dir_fd == -1 or dir_fd == -100:  # unset or AT_FDCWD
+            try:
+                base = getcwd()
+            except OSError:
+                deny(what + " relative to a deleted working directory")
+        else:
+            base = fd_target(dir_fd, what)
+        return normpath(base + "/" + text)
+
+    def _check_write(path, dir_fd, what, deny=_deny, isinstance=isinstance, int=int,
+                     fd_target=_fd_target, absolute=_absolute, root=root, root_slash=root + "/"):
+        if isinstance(path, int):
+            target = fd_target(path, what)
+        else:
+            target = absolute(path, dir_fd, what)
+        if not (target == root or target.startswith(root_slash)):
+            deny(what + " outside the sandbox directory: " + target)
+        return target
+
+    def _hook(event, args,
+              deny=_deny, text_of=_text, absolute=_absolute, check_write=_check_write,
+              isinstance=isinstance, type=type, str=str, int=int, OSError=OSError,
+              exact_s=str.__getitem__, full=slice(None), root=root, root_slash=root + "/",
+              pstat=posix.stat, getpid=posix.getpid, S_ISDIR=_stat_mod.S_ISDIR, S_ISREG=_stat_mod.S_ISREG,
+              write_flags=posix.O_WRONLY | posix.O_RDWR | posix.O_CREAT | posix.O_TRUNC | posix.O_APPEND,
+              always_denied=frozenset({
+                  "os.system", "os.exec", "os.fork", "os.forkpty", "os.posix_spawn", "os.spawn",
+                  "subprocess.Popen", "pty.spawn", "os.killpg", "os.symlink", "os.link",
+                  "sys.addaudithook", "resource.setrlimit", "resource.prlimit",
+                  "gc.get_objects", "gc.get_referrers", "gc.get_referents",
+                  "socket.connect", "socket.bind", "socket.getaddrinfo", "socket.gethostbyname",
+                  "socket.gethostbyaddr", "socket.getnameinfo", "socket.sethostname",
+                  "sqlite3.enable_load_extension", "sqlite3.load_extension", "webbrowser.open",
+              }),
+              # event -> ((index of a path argument, index of its dir_fd or -1), ...)
+              path_events=(
+                  ("os.remove", ((0, 1),)), ("os.rmdir", ((0, 1),)), ("os.mkdir", ((0, 2),)),
+                  ("os.chmod", ((0, 2),)), ("os.chown", ((0, 3),)), ("os.utime", ((0, 3),)),
+                  ("os.truncate", ((0, -1),)), ("os.setxattr", ((0, -1),)),
+                  ("os.removexattr", ((0, -1),)), ("shutil.rmtree", ((0, 1),)),
+                  ("os.rename", ((0, 2), (1, 3))),
+              ),
+              denied_setattr=frozenset({"__code__", "__defaults__", "__kwdefaults__"}),
+              own_functions=(_deny, _text, _fd_target, _absolute, _check_write),
+              denied_imports=frozenset({
+                  "ctypes", "_ctypes", "_ctypes_test", "cffi", "_cffi_backend", "_posixshmem",
+                  "_sqlite3", "_dbm", "_gdbm", "readline", "syslog", "psutil", "_psutil_linux",
+                  "_psutil_posix", "_xxsubinterpreters", "_xxinterpchannels", "_posixsubprocess",
+              } | frozenset(sys.builtin_module_names))):
+        if event == "open":
+            path, mode, flags = args
+            if isinstance(path, int):
+                return  # wraps a descriptor that is already open
+            writing = not isinstance(flags, int) or (flags & write_flags) != 0
+            if isinstance(mode, str):
+                mode = exact_s(mode, full)
+                writing = writing or "w" in mode or "a" in mode or "x" in mode or "+" in mode
+            elif mode is not None:
+                writing = True
+            if writing:
+                target = check_write(path, None, "writing")
+                # os.open hides its dir_fd from the hook: a relative '..' could
+                # climb out of a directory descriptor the check can't see.
+                if mode is None and not text_of(path, "writing").startswith("/") \
+                        and ".." in text_of(path, "writing").split("/"):
+                    deny("os.open for writing through a relative path with '..'")
+                try:
+                    st = pstat(target)
+                except OSError:
+                    return
+                if not (S_ISREG(st.st_mode) or S_ISDIR(st.st_mode)):
+                    deny("writing to a file that is not a regular file: " + target)
+            elif mode is None:
+                # A descriptor for an outside directory would be a dir_fd that
+                # lets a later os.open(..., dir_fd=fd) write outside unseen.
+                target = absolute(path, None, "os.open")
+                if not (target == root or target.startswith(root_slash)):
+                    try:
+                        st = pstat(target)
+                    except OSError:
+                        return
+                    if S_ISDIR(st.st_mode):
+                        deny("opening a directory outside the sandbox: " + target)
+            return
+        for name, spec in path_events:
+            if event == name:
+                for path_index, fd_index in spec:
+                    check_write(args[path_index], None if fd_index < 0 else args[fd_index], event)
+                return
+        if event in always_denied:
+            deny(event + " is not allowed")
+        if event == "import":
+            name = args[0]
+            if isinstance(name, str):
+                top = exact_s(name, full).split(".")[0]
+                if top in denied_imports or top.startswith("_test"):
+                    deny("import of " + top + " is not allowed")
+            return
+        if event == "object.__setattr__":
+            # Only the hook's helpers are protected (traceback frames expose
+            # them); namedtuple and others legitimately set __defaults__.
+            if isinstance(args[1], str) and exact_s(args[1], full) in denied_setattr:
+                for function in own_functions:
+                    if args[0] is function:
+                        deny("replacing the sandbox's " + exact_s(args[1], full) + " is not allowed")
+            return
+        if event == "socket.__new__":
+            if args[1] != 1:  # only AF_UNIX: asyncio's self-pipe is a socketpair
+                deny("creating a network socket is not allowed")
+            return
+        if event == "socket.sendto" or event == "socket.sendmsg":
+            if args[1] is not None:
+                deny(event + " to an address is not allowed")
+            return
+        if event == "os.kill":
+            if type(args[0]) is not int or args[0] != getpid():
+                deny("os.kill of another process is not allowed")
+            return
+        if event.startswith("ctypes."):
+            deny(event + " is not allowed")
+
+    sys.addaudithook(_hook)
+    del _hook, _deny, _text, _fd_target, _absolute, _check_write
+
+    # The CPU soft limit becomes a catchable error with partial output; the
+    # hard limit (one second later) still kills code that ignores or swallows it.
+    cpu_hit = []
+
+    def on_sigxcpu(signum, frame):
+        cpu_hit.append(True)
+        raise TimeoutError("CPU time limit exceeded")
+
+    signal.signal(signal.SIGXCPU, on_sigxcpu)
+
+    # A harness that dies mid-run can't enforce the wall-clock limit any more.
+    def watchdog(sleep=time.sleep, exit=_exit):
+        sleep(watchdog_s)
+        exit(124)
+
+    threading.Thread(target=watchdog, daemon=True, name="sandbox-watchdog").start()
+
+    # Classification below must survive user code that rebinds builtins.
+    def chain(exc, len=len, any=any):
+        seen = []
+        while exc is not None and len(seen) < 100 and not any(exc is s for s in seen):
+            seen.append(exc)
+            yield exc
+            exc = exc.__cause__ if exc.__cause__ is not None else exc.__context__
+
+    def describe(exc, type=type, BaseException=BaseException):
+        try:
+            return "%s: %s" % (type(exc).__name__, exc)
+        except BaseException:
+            return "%s: <unprintable>" % type(exc).__name__
+
+    def classify(exc, chain=chain, isinstance=isinstance, str=str, MemoryError=MemoryError,
+                 PermissionError=PermissionError):
+        for link in chain(exc):
+            if isinstance(link, MemoryError):
+                return "memory"
+            if isinstance(link, PermissionError) and link.args and str(link.args[0]).startswith("[sandbox]"):
+                return "forbidden"
+        return "exception"
+
+    _isinstance, _int, _TimeoutError, _type, _BaseException = isinstance, int, TimeoutError, type, BaseException
+    _compile, _exec, _print_exception = compile, exec, traceback.print_exception
+
+    sys.argv = [""]
+    try:
+        _exec(_compile(source, "<string>", "exec"), {"__name__": "__main__"})
+    except SystemExit as exc:
+        code = exc.code
+        if code is None or code == 0:
+            report(None, None, 0)
+        if _isinstance(code, _int):
+            report("exit", "SystemExit: %d" % code, code & 0xFF or 1)
+        try:
+            _err.write("%s\n" % (code,))
+        except _BaseException:
+            pass
+        report("exit", describe(exc), 1)
+    except _BaseException as exc:
+        try:
+            _print_exception(_type(exc), exc, exc.__traceback__.tb_next, file=_err)
+        except _BaseException:
+            pass
+        if cpu_hit and _isinstance(exc, _TimeoutError):
+            report("timeout", "TimeoutError: CPU time limit of %ds exceeded" % cpu_s, 1)
+        try:
+            kind = classify(exc)
+        except _BaseException:
+            kind = "exception"
+        report(kind, describe(exc), 1)
+    report(None, None, 0)
+
+
+if __name__ == "__main__":
+    import sys
+
+    _sandbox_bootstrap(sys.argv)

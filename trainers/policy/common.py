@@ -1,0 +1,162 @@
+"""What the two policy recipes (``tool_sft``, ``pte_grpo``) share, so they read as the same script:
+
+- ``load_policy``: the policy named by the ``model`` group (``cfg.model``) as a trainable peft model: the
+  start adapter (``model.adapter``) loaded trainable, or a fresh LoRA from ``recipe.lora``;
+- ``trainer_args``: the TRL arguments both recipes set the same way (trainer state with the run's outputs,
+  tracking, device, schedule);
+- ``train_tasks``: the train-task mix (built-in generators, plus When2Tool's train files when a path is set);
+- ``train``: the timed ``trainer.train()`` and its summary metrics;
+- ``export_adapter``: the adapter, its metrics, the resolved config and a Hugging Face model card.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from huggingface_hub import ModelCard, ModelCardData
+from omegaconf import DictConfig, OmegaConf
+from peft import PeftModel, get_peft_model
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from trl import ModelConfig, get_peft_config
+
+from data_builders.backends.loading import EMBEDDED_ALIASES, EMBEDDED_ID, model_directory, resolve_adapter
+from data_builders.tasks import Task, load_tasks
+from trainers.fit import RunInfo
+
+
+# ---------------------------------------------------------------------------- the policy
+@dataclass
+class Policy:
+    model: PeftModel              # the base with one trainable LoRA adapter ("default")
+    tokenizer: Any
+    base_id: str                  # what cards and adapter_config.json name as the base: hub id or the path given
+    start_adapter: str | None     # ``model.adapter`` as given; None: a fresh LoRA from ``recipe.lora``
+    use_cpu: bool                 # ``model.device=cpu``, or no CUDA device (else accelerate places the model)
+
+
+def base_model_id(model: DictConfig) -> str:
+    """The base as a reader can find it: the hub id of the embedded default, else the name (and GGUF file)
+    the user gave, never a cache path of this machine."""
+    if model.name in EMBEDDED_ALIASES:
+        return EMBEDDED_ID
+    return str(Path(model.name) / model.gguf_file) if model.gguf_file else str(model.name)
+
+
+def lora_config(lora: DictConfig):
+    """A fresh LoRA from ``recipe.lora`` (r, alpha, dropout, target_modules) via TRL's own mapping."""
+    targets = lora.target_modules
+    targets = targets if isinstance(targets, str) else list(targets)
+    args = ModelConfig(use_peft=True, lora_r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+                       lora_target_modules=targets)
+    # ModelConfig unwraps a one-element list into a string (for its CLI), which peft would read as a regex
+    # that must match a module's full name; keep the list the recipe wrote.
+    args.lora_target_modules = targets
+    return get_peft_config(args)
+
+
+def load_policy(model: DictConfig, lora: DictConfig) -> Policy:
+    """The base of the ``model`` group (embedded alias → its cached safetensors copy; a GGUF file → a
+    de-quantized copy, as every backend loads it) with ``model.adapter`` loaded *trainable*, or a fresh
+    LoRA from ``lora`` when the group has no adapter."""
+    path, _ = model_directory(model.name, gguf_file=model.gguf_file, dtype=model.dtype)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    base = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, model.dtype))
+    start = resolve_adapter(model.adapter)
+    peft_model = (PeftModel.from_pretrained(base, start, is_trainable=True) if start
+                  else get_peft_model(base, lora_config(lora)))
+    base_id = base_model_id(model)
+    # peft records the path the weights were read from (the embedded model's cache directory) or, for a
+    # start adapter, whatever base that adapter recorded; the export names the real base instead.
+    peft_model.peft_config["default"].base_model_name_or_path = base_id
+    return Policy(peft_model, tokenizer, base_id, model.adapter or None,
+                  use_cpu=model.device == "cpu" or not torch.cuda.is_available())
+
+
+# ---------------------------------------------------------------------------- trainer arguments
+def trainer_args(run: RunInfo, export_dir: Path, train: DictConfig, policy: Policy) -> dict:
+    """The ``SFTConfig``/``GRPOConfig`` fields both recipes set alike. Optimizer and scheduler state stay
+    with the run's outputs (``run.dir``); the export holds the adapter only."""
+    return dict(output_dir=str(run.dir / "trainer_state"), run_name=export_dir.name, report_to=list(run.report_to),
+                seed=train.seed, max_steps=train.max_steps, learning_rate=train.lr,
+                lr_scheduler_type=train.scheduler, use_cpu=policy.use_cpu, save_strategy="no",
+                dataloader_num_workers=0, disable_tqdm=False)
+
+
+# ---------------------------------------------------------------------------- data
+def train_tasks(data: DictConfig) -> list[Task]:
+    """Train tasks only: the built-in generators (``builtin_per_cell`` per environment x difficulty), plus
+    When2Tool's train files when ``when2tool_path`` is set (``hops``, ``when2tool_per_cell``). Optional
+    ``difficulties``/``envs`` filter both sources."""
+    only = dict(difficulties=data.get("difficulties"), envs=data.get("envs"))
+    tasks = load_tasks("builtin", split="train", n_per_cell=data.builtin_per_cell, seed=data.seed, **only)
+    if data.get("when2tool_path"):
+        tasks += load_tasks("when2tool", split="train", path=data.when2tool_path, hops=data.get("hops"),
+                            per_cell=data.get("when2tool_per_cell"), sample_seed=data.seed, **only)
+    if not tasks:
+        raise ValueError("recipe.data selects no train tasks; check data.envs / data.difficulties")
+    return tasks
+
+
+# ---------------------------------------------------------------------------- train
+def train(trainer) -> dict:
+    """Runs the trainer; returns the metrics every policy export reports."""
+    start = time.perf_counter()
+    result = trainer.train()
+    return {"train_loss": result.training_loss, "train_steps": result.global_step,
+            "train_runtime_s": round(time.perf_counter() - start, 1)}
+
+
+# ---------------------------------------------------------------------------- export
+def adapter_card(*, recipe: DictConfig, cfg: DictConfig, run: RunInfo, policy: Policy, tags: list[str], body: str,
+                 data_stats: dict, metrics: dict) -> ModelCard:
+    """The model card of a policy adapter: hub metadata naming the real base model, what the recipe did
+    (``body``), how to reproduce and load it, its data, config and metrics."""
+    data = ModelCardData(library_name="peft", base_model=policy.base_id,
+                         tags=["toolwise", "tool-use", "lora", "trl", *tags])
+    config = OmegaConf.to_yaml({"model": OmegaConf.to_container(cfg.model, resolve=True),
+                                "recipe": OmegaConf.to_container(recipe, resolve=True)})
+    start = f"`{policy.start_adapter}` (trained further)" if policy.start_adapter else "a fresh LoRA"
+    return ModelCard(f"""---
+{data.to_yaml()}
+---
+
+# toolwise {recipe.name} adapter
+
+LoRA adapter for `{policy.base_id}`, starting from {start}.
+
+{body.strip()}
+
+Reproduce: `{run.command}`
+
+Load: `model=hf model.name={cfg.model.name} model.adapter=<this directory>` in any toolwise config.
+
+## Data
+```json
+{json.dumps(data_stats, indent=2, default=str)}
+```
+
+## Config
+```yaml
+{config}```
+
+## Metrics
+```json
+{json.dumps(metrics, indent=2, default=str)}
+```
+""")
+
+
+def export_adapter(model: PeftModel, export_dir: Path, card: ModelCard, cfg: DictConfig, metrics: dict) -> None:
+    """``adapter_config.json`` + ``adapter_model.safetensors`` (no base weights), ``README.md`` (the card),
+    ``metrics.json`` and the resolved config ``train_config.yaml``."""
+    export_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(export_dir))
+    card.save(export_dir / "README.md")
+    (export_dir / "metrics.json").write_text(json.dumps(metrics, indent=2, default=str))
+    (export_dir / "train_config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
