@@ -12,20 +12,20 @@ from collections import Counter
 from pathlib import Path
 
 import hydra
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
 from recipes import CONFIG_DIR
 
 from .backends.loading import backend_from_config
+from .features import FEATURIZERS
 from .points.labelers import LABELERS, label_rule
 from .points.store import PointStore, load_points, task_hash
 from .tasks import tasks_from_config
 
 
 def featurizer_id(kind: str) -> dict:
-    from .features import FEATURIZERS
-
     f = FEATURIZERS[kind]
     return {"name": f.name, "version": f.version}
 
@@ -96,8 +96,6 @@ def run(cfg: DictConfig, command: str | None = None) -> dict:
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="build")
 def main(cfg: DictConfig) -> None:
-    from hydra.core.hydra_config import HydraConfig
-
     run(cfg, "python -m data_builders.build " + " ".join(HydraConfig.get().overrides.task))
 
 

@@ -44,7 +44,7 @@ class AgentConfig:
     logprobs: bool = True              # keep per-token log-probs of generated text (G-STEP features)
     reuse_kv: bool = True              # keep each episode's KV cache between turns (prefill only new tokens)
     keep_token_ids: bool = False       # store each turn's generated token ids (RL rollouts train on exact tokens)
-    # Interventions of seed 000's factorized framework (trainers/evaluate/factorized.py); the defaults change nothing.
+    # Interventions of the tool-use-tax paper's factorized framework (trainers/evaluate/factorized.py); the defaults change nothing.
     tool_access: str = "real"          # real | noop (calls run the protocol, return P.NOOP_CALL_RESULT) |
                                        # hidden (no schemas rendered, calls rejected with P.TOOLS_UNAVAILABLE)
     max_tool_calls: int | None = None  # executed (or no-op) calls allowed per episode; more are rejected

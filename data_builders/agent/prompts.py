@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 MODES = ("force", "default", "necessary", "sparse", "no_tool", "hard_no_tool")
-# Native chain-of-thought (seed paper 000's NoTool-CoT arm): a math-solver prompt with no tool wording and no
+# Native chain-of-thought (the tool-use-tax paper's (arXiv 2605.00136) NoTool-CoT arm): a math-solver prompt with no tool wording and no
 # tool schemas. Kept out of MODES, whose order fixes G-STEP's one-hot mode features (a new entry would change
 # every G-STEP checkpoint's input width).
 COT_MODE = "cot"
@@ -73,7 +73,7 @@ MISSING_REASONING_ANSWER = "Write a short reasoning before the boxed answer."
 NO_REASONING_ANSWER = "Reply with the boxed answer only, without reasoning."
 SKIPPED_CALL_RESULT = {"success": False, "message": "[SKIPPED] This tool call was not executed. "
                                                     "Continue without it and answer if you can."}
-# tool_access="noop": the call goes through the whole protocol but nothing is computed (seed 000's no-op tool).
+# tool_access="noop": the call goes through the whole protocol but nothing is computed (the tool-use-tax paper's no-op tool).
 NOOP_CALL_RESULT = {"success": True, "result": None, "message": "[NO-OP] Nothing was computed."}
 # max_tool_calls: a call past the episode's budget is not executed.
 TOOL_BUDGET_USED = ("Tool budget used up. Answer directly without further tool calls and put the final answer "

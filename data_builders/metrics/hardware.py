@@ -1,6 +1,6 @@
 """Hardware profiles for PTE's γ: peak tensor FLOP/s, memory bandwidth, and their ratio HOI (FLOP/byte).
 
-PTE (seed 003, arXiv 2604.05404) prices a decode step's KV-cache traffic in prefill tokens through
+PTE (arXiv 2604.05404) prices a decode step's KV-cache traffic in prefill tokens through
 γ = 2·n_layers·d_model·HOI / N_params, so γ — and every PTE figure — scales linearly with the hardware's
 operational intensity HOI = peak FLOP/s ÷ memory bandwidth (the roofline ridge point). Two families ship:
 

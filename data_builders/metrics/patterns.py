@@ -1,4 +1,4 @@
-"""Seed paper 003's four tool-use inefficiency patterns, detected on toolwise trajectories.
+"""the PTE paper's (arXiv 2604.05404) four tool-use inefficiency patterns, detected on toolwise trajectories.
 
 Source: Su et al., "Beyond Accuracy: Unveiling Inefficiency Patterns in Tool-Integrated Reasoning",
 arXiv:2604.05404v2 (ACL 2026). The full text was read from the code-search corpus (stored copy of the
@@ -72,6 +72,7 @@ from typing import Any, Iterable, Mapping
 
 from data_builders.agent.parsing import has_boxed, parse_tool_call
 from data_builders.agent.trajectory import Call, Trajectory, Turn
+from data_builders.environments import ENVIRONMENTS
 from data_builders.metrics.scoring import boxed_span
 
 __all__ = ["PATTERNS", "PATTERN_NAMES", "detect", "count_patterns"]
@@ -262,10 +263,6 @@ def _lack_of_tool_prior(calls: list[Call]) -> bool:
 @lru_cache(maxsize=None)
 def _schema_keys(env: str) -> dict[str, frozenset[str]] | None:
     """Argument names per tool of a known environment; None for an unknown one."""
-    try:
-        from data_builders.environments import ENVIRONMENTS
-    except Exception:  # noqa: BLE001 - the schema check is optional; never fail a count over it
-        return None
     cls = ENVIRONMENTS.get(env)
     if cls is None:
         return None

@@ -1,4 +1,4 @@
-"""PTE — Prefill Token Equivalents (seed 003, Su et al., arXiv 2604.05404): one hardware-aware cost per trajectory.
+"""PTE — Prefill Token Equivalents (Su et al., arXiv 2604.05404): one hardware-aware cost per trajectory.
 
 Why not count tokens: a prefill token is compute-bound (≈ 2·N FLOPs) while a decoded token is memory-bound and
 must re-read the whole KV cache, so its cost grows with the context. PTE prices decode in prefill tokens:

@@ -3,18 +3,18 @@
 Every label follows its seed's definition; every feature comes from ``data_builders.features``, computed
 inside the agent's own hook at the decision moment (the same call the run-time controller makes).
 
-* ``probe`` (seed 002): one point per task. Features: hidden states of the first prompt in ``feature_mode``
+* ``probe`` (When2Tool, arXiv 2605.09252): one point per task. Features: hidden states of the first prompt in ``feature_mode``
   (the prompt the deployed probe reads). Label ``tool_needed`` = the policy fails the task in
   ``hard_no_tool`` mode. Greedy decoding so labels are reproducible (the paper samples).
-* ``flip`` (seed 004): one point per call the policy proposes in ``default``-mode rollouts. A forced answer
+* ``flip`` (arXiv 2606.03054): one point per call the policy proposes in ``default``-mode rollouts. A forced answer
   (generation prefilled with ``\\boxed{``) is taken right before the call and right after its tool output;
   class helpful (wrong→right), harmful (right→wrong) or unchanged; label execute-positive = helpful and the
   episode ends correct.
-* ``commit`` (seed 000): one point per episode that answers. At the answer the recording hook says
+* ``commit`` (arXiv 2605.00136): one point per episode that answers. At the answer the recording hook says
   "continue", so the loop injects one verification round (capped by ``verify_rounds``). Two label rules
   (``commit_label``): ``wrong`` (default) — continue iff the answer at the decision is wrong, the gate is a
   verifier of the policy's own answer; ``fixed`` — continue iff the answer is wrong *and* the verification
-  round makes it right. ``fixed`` is the stricter reading of seed 000 but for the embedded 135M policy it has
+  round makes it right. ``fixed`` is the stricter reading of the tool-use-tax paper but for the embedded 135M policy it has
   no positives at all (0/200 on When2Tool: one verification round never repairs a wrong answer), so the
   default is the rule that gives a gate something to learn; both outcomes are stored on every point.
 """
@@ -31,6 +31,9 @@ from ..agent.hooks import Hooks
 from ..agent.loop import Agent, AgentConfig
 from ..backends.base import SamplingParams
 from ..environments import make_environment
+from ..features.gstep import GSTEP_FEATURES, gstep_features
+from ..features.probe import probe_features
+from ..features.toolgate import embed_texts, structural_names, toolgate_state
 from ..metrics.scoring import is_correct
 from ..tasks.schema import Task
 
@@ -65,8 +68,6 @@ def agent_config(cfg: Any, mode: str, n: int, **over) -> AgentConfig:
 
 # ---------------------------------------------------------------------------- probe
 def label_probe(backend, tasks: Sequence[Task], splits: Sequence[str], cfg: Any) -> tuple[list[dict], dict]:
-    from ..features.probe import probe_features
-
     agent = Agent(backend, agent_config(cfg, cfg.feature_mode, len(tasks)))
     hidden = probe_features(backend, [agent.initial_prompt(t) for t in tasks], cfg.get("layers"))
     trajs = Agent(backend, agent_config(cfg, "hard_no_tool", len(tasks))).run(tasks)
@@ -84,8 +85,6 @@ class _CallRecorder(Hooks):
     points: dict[int, list[dict]] = field(default_factory=dict)
 
     def pre_call(self, episode, call):
-        from ..features.toolgate import toolgate_state
-
         text, structural = toolgate_state(episode, call)
         self.points.setdefault(id(episode.task), []).append(
             {"n_messages": len(episode.messages), "round": episode.round, "tool": call.name, "text": text,
@@ -103,8 +102,6 @@ def _forced_answers(backend, items: list[tuple[Task, list[dict]]], cfg: Any) -> 
 
 
 def label_flip(backend, tasks: Sequence[Task], splits: Sequence[str], cfg: Any) -> tuple[list[dict], dict]:
-    from ..features.toolgate import embed_texts, structural_names
-
     recorder = _CallRecorder()
     agent = Agent(backend, agent_config(cfg, "default", len(tasks)), recorder)
     trajs = agent.run(tasks)
@@ -139,16 +136,12 @@ class _AnswerRecorder(Hooks):
     points: dict[int, dict] = field(default_factory=dict)
 
     def on_answer(self, episode, answer_text):
-        from ..features.gstep import gstep_features
-
         self.points[id(episode.task)] = {"features": gstep_features(episode, answer_text), "answer_text": answer_text,
                                          "round": episode.round}
         return "continue"
 
 
 def label_commit(backend, tasks: Sequence[Task], splits: Sequence[str], cfg: Any) -> tuple[list[dict], dict]:
-    from ..features.gstep import GSTEP_FEATURES
-
     fixed_rule = label_rule("commit", cfg) == LABEL_RULES["commit:fixed"]
     recorder = _AnswerRecorder()
     agent = Agent(backend, agent_config(cfg, cfg.get("commit_mode", "default"), len(tasks), max_continues=1,

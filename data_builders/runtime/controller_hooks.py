@@ -6,7 +6,7 @@ features it was trained on. Loading checks the controller's contract against the
 a gate trained on one policy's trajectories refuses another's.
 
 * :class:`ProbePrefill` — ``pre_generation``: all-layer hidden states of the first prompt → probe → a
-  response prefill (seed 002 / SPEC §7.4): soft = a first-person sentence, hard = a forced prefix.
+  response prefill (When2Tool, arXiv 2605.09252): soft = a first-person sentence, hard = a forced prefix.
 * :class:`ToolGate` — ``pre_call``: summary embedding + structural features → execute or skip.
 * :class:`GStep` — ``on_answer``: the G-STEP vector → continue (one verification round) or commit.
 * :class:`Cascade` — any of the three together.
@@ -22,6 +22,8 @@ import torch
 from controllers import Controller
 from data_builders.agent.hooks import EpisodeView, Hooks, PromptState
 from data_builders.features import FEATURIZERS
+from data_builders.features.gstep import gstep_features
+from data_builders.features.toolgate import embed_texts, toolgate_state
 
 # SPEC §7.4: soft prefill = one first-person sentence plus a newline; hard = a forced prefix.
 SOFT_PREFILL = {"skip": "I can solve this directly without using a tool.\n",
@@ -70,8 +72,6 @@ class ToolGate(Hooks):
     tau: float | None = None
 
     def probability(self, episode: EpisodeView, call) -> float:
-        from data_builders.features.toolgate import embed_texts, toolgate_state
-
         text, structural = toolgate_state(episode, call)
         x = FEATURIZERS["flip"].controller_input({"embedding": torch.from_numpy(embed_texts([text])),
                                                  "structural": torch.from_numpy(np.asarray(structural)[None])})
@@ -88,8 +88,6 @@ class GStep(Hooks):
     tau: float | None = None
 
     def probability(self, episode: EpisodeView, answer_text: str) -> float:
-        from data_builders.features.gstep import gstep_features
-
         x = FEATURIZERS["commit"].controller_input(
             {"features": torch.from_numpy(np.asarray(gstep_features(episode, answer_text))[None])})
         return float(self.gate.predict_proba(x)[0])

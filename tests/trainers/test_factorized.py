@@ -1,4 +1,4 @@
-"""Seed paper 000's Factorized Intervention Framework (trainers/evaluate/factorized.py): the task views, the contrasts
+"""the tool-use-tax paper's (arXiv 2605.00136) Factorized Intervention Framework (trainers/evaluate/factorized.py): the task views, the contrasts
 with their paired bootstrap CIs and the exact decomposition identity, the recipe, and an end-to-end run on a
 scripted policy whose accuracy in every condition is known, served from the cache on the rerun."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Seed 003's four inefficiency patterns on hand-made typed trajectories: positive and negative cases per
+"""the PTE paper's (arXiv 2604.05404) four inefficiency patterns on hand-made typed trajectories: positive and negative cases per
 pattern, a record read back from JSON, and count_patterns. Offline, no model."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""PTE (seed 003): γ reproduces the paper's Table 3 from published configs, parameter counts match real
+"""PTE (arXiv 2604.05404): γ reproduces the paper's Table 3 from published configs, parameter counts match real
 transformers models, PTE sums what the agent loop writes, and the hardware profiles (the ``recipes/hardware``
 files, read into ``data_builders.metrics.hardware.PROFILES``) carry their sources. Offline, no weights."""
 from __future__ import annotations

@@ -4,7 +4,7 @@ Temperature scaling (Guo et al. 2017) fits one scalar ``T`` minimising the valid
 it changes probabilities, not the ranking (AUROC is unchanged). τ is then chosen on the calibrated
 validation probabilities by one of three rules:
 
-* ``fixed``: ``τ = value`` (seed 002 reports τ = 0.5; seed 000 uses 0.05).
+* ``fixed``: ``τ = value`` (When2Tool reports τ = 0.5; the tool-use-tax paper uses 0.05).
 * ``target_call_rate``: the τ at which a share ``value`` of validation points take the positive action
   (call / execute / continue) — RouteLLM's calibration to a budget.
 * ``max_acc_loss``: the largest τ (fewest positive actions) whose *missed positives* — points labelled

@@ -1,4 +1,4 @@
-"""``python -m trainers.evaluate.factorized``: seed paper 000's Factorized Intervention Framework on GSM8K.
+"""``python -m trainers.evaluate.factorized``: the tool-use-tax paper's (arXiv 2605.00136) Factorized Intervention Framework on GSM8K.
 
 Why can tool use lose to native chain-of-thought on math word problems with semantic distractors? Every
 condition below is an evaluator arm (:class:`trainers.evaluate.run.Arm`, run by :func:`trainers.evaluate.run.run_arm`
@@ -42,11 +42,14 @@ import hydra
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from recipes import CONFIG_DIR
-
+from data_builders.agent import prompts as P
 from data_builders.agent.trajectory import Trajectory
+from data_builders.tasks import load_tasks
+from data_builders.tasks.gsm8k import instruction_for
+from recipes import CONFIG_DIR
 from trainers.evaluate.report import figure, markdown_table, metric_cells, metric_rows
 from trainers.evaluate.run import Arm, PolicyRun, arm_metrics, run_arm, save_results
+from trainers.tracking import log_report, report_job
 
 NONE = "none"          # the label of the distractor-free setting
 POOLED = "pooled"
@@ -64,8 +67,6 @@ def oracle_calc_view(task):
 
 def oracle_evidence_view(task):
     """The distractor-free problem, phrased exactly as the gsm8k source phrases instructions."""
-    from data_builders.tasks.gsm8k import instruction_for
-
     return replace(task, instruction=instruction_for(_expected(task, "evidence")))
 
 
@@ -229,8 +230,6 @@ def _distractor(value) -> str | None:
 
 def load_setting(cfg: DictConfig, distractor: str | None) -> list:
     """The run's gsm8k tasks with one distractor setting (``limit`` tasks of ``split``)."""
-    from data_builders.tasks import load_tasks
-
     options = OmegaConf.to_container(cfg.tasks, resolve=True)
     source = options.pop("source")
     if source != "gsm8k":
@@ -251,8 +250,6 @@ def run(cfg: DictConfig) -> dict:
     for name in conditions:
         if name not in CONDITIONS:
             raise ValueError(f"unknown condition {name!r} in conditions; known: {list(CONDITIONS)}")
-    from data_builders.agent import prompts as P
-
     if P.canonical_mode(cfg.tool_mode) not in P.MODES:
         raise ValueError(f"tool_mode={cfg.tool_mode!r}: the tool conditions need a tool prompt mode, one of {P.MODES}")
     distractors = [_distractor(d) for d in cfg.distractors]
@@ -385,7 +382,7 @@ def write_report(results: dict, out_dir: Path) -> list[Path]:
     per_setting = "\n\n".join(f"### {label} ({s['tasks']} tasks)\n\n{conditions_table(s)}"
                               for label, s in results["settings"].items())
     b = results["bootstrap"]
-    text = f"""# Factorized intervention framework (seed paper 000)
+    text = f"""# Factorized intervention framework (the tool-use-tax paper, arXiv 2605.00136)
 
 GSM8K `{results['split']}` problems per distractor setting ({', '.join(results['distractors'])}), policy
 `{results['policy']}` on `{results['backend']}`, tool mode `{results['tool_mode']}`, decoding {results['decoding']}.
@@ -424,8 +421,6 @@ Wall time {results['wall_s']} s; cache {results['cache']}.
 
 
 def _log_wandb(cfg: DictConfig, results: dict, files: list[Path]) -> None:
-    from trainers.tracking import log_report
-
     cols = ["setting", "condition"] + [c[0] for c in COLUMNS]
     rows = metric_rows((((label, name), m) for label, s in results["settings"].items()
                         for name, m in s["conditions"].items()), COLUMNS)
@@ -437,8 +432,6 @@ def _log_wandb(cfg: DictConfig, results: dict, files: list[Path]) -> None:
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="factorized")
 def main(cfg: DictConfig) -> None:
-    from trainers.tracking import report_job
-
     report_job(cfg, run)
 
 

@@ -130,7 +130,7 @@ def write_report(results: dict, out_dir: Path) -> list[Path]:
 
 {curves}
 
-{'## Inefficiency patterns (seed 003), trajectories per arm' + chr(10) + chr(10) + pat if pat else ''}
+{'## Inefficiency patterns (arXiv 2604.05404), trajectories per arm' + chr(10) + chr(10) + pat if pat else ''}
 
 ![accuracy vs calls](accuracy_vs_calls.png) ![accuracy vs PTE](accuracy_vs_pte.png)
 

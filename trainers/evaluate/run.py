@@ -29,11 +29,22 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
+import controllers
+import data_builders.tasks as task_sources   # called through the module: tests replace tasks_from_config
+from data_builders.agent.hooks import Hooks
+from data_builders.agent.loop import Agent, AgentConfig
+from data_builders.agent.trajectory import Trajectory, summarize
+from data_builders.backends import loading   # called through the module: tests replace backend_from_config
+from data_builders.backends.loading import REPO_ROOT
+from data_builders.features import FEATURIZERS
+from data_builders.features.probe import probe_features
+from data_builders.metrics.patterns import count_patterns
+from data_builders.metrics.pte import PTEConfig, trajectory_pte
+from data_builders.runtime.controller_hooks import Cascade, GStep, ProbePrefill, ToolGate, checked, prefill_text
 from recipes import CONFIG_DIR
-
-from data_builders.agent.trajectory import Trajectory
 from trainers.evaluate.cache import TrajectoryCache, file_digest, task_key
 from trainers.evaluate.report import COLUMNS, metric_rows, write_report
+from trainers.tracking import log_report, report_job
 
 CALIBRATED = "calibrated"
 
@@ -78,10 +89,7 @@ class Loaded:
 
 # ---------------------------------------------------------------------------- arms
 def _controller(path: str, kind: str, policy: str, strict: bool) -> Loaded:
-    import controllers
-    from data_builders.backends.loading import REPO_ROOT
 
-    from data_builders.runtime.controller_hooks import checked
 
     p = Path(path)
     p = p if p.exists() else REPO_ROOT / p
@@ -94,7 +102,6 @@ def _tau(value, controller) -> float:
 
 def build_arms(cfg: DictConfig, policy: str, call_format: str) -> tuple[list[Arm], dict]:
     """All arms of the run, and the loaded controllers (for their AUROC in the report)."""
-    from data_builders.runtime.controller_hooks import Cascade, GStep, ProbePrefill, ToolGate, prefill_text
 
     a = cfg.arms
     arms: list[Arm] = []
@@ -146,7 +153,6 @@ def build_arms(cfg: DictConfig, policy: str, call_format: str) -> tuple[list[Arm
 
 def _fixed_prefill(text: str):
     """Hooks giving the round-1 prefill a Probe&Prefill hook produces for one decision (to assemble τ sweeps)."""
-    from data_builders.agent.hooks import Hooks
 
     class FixedPrefill(Hooks):
         def pre_generation(self, task, state):
@@ -165,7 +171,6 @@ def _probe_composer(style: str, tau: float):
 # ---------------------------------------------------------------------------- rollouts
 def run_arm(arm: Arm, backend, tasks, cache: TrajectoryCache, agent_kw: dict) -> tuple[list[Trajectory], float, int]:
     """The arm's trajectories for ``tasks`` (cached ones reused); returns (trajectories, seconds, computed)."""
-    from data_builders.agent.loop import Agent, AgentConfig
 
     spec = arm.cache_spec
     have, todo = cache.missing(spec, tasks)
@@ -183,9 +188,6 @@ def run_arm(arm: Arm, backend, tasks, cache: TrajectoryCache, agent_kw: dict) ->
 
 def probe_probabilities(probe, backend, tasks, agent_kw: dict, cache_root: Path, probe_hash: str) -> list[float]:
     """The probe's p for every task's first prompt (cached per probe, policy and task)."""
-    from data_builders.agent.loop import Agent, AgentConfig
-    from data_builders.features import FEATURIZERS
-    from data_builders.features.probe import probe_features
 
     path = cache_root / f"probe_p-{probe_hash}.json"
     have = json.loads(path.read_text()) if path.exists() else {}
@@ -203,9 +205,7 @@ def probe_probabilities(probe, backend, tasks, agent_kw: dict, cache_root: Path,
 
 # ---------------------------------------------------------------------------- metrics
 def arm_metrics(trajs: list[Trajectory], gamma: float, pte_cfg) -> dict:
-    from data_builders.agent.trajectory import summarize
 
-    from data_builders.metrics.pte import trajectory_pte
 
     n = len(trajs)
     s = summarize(trajs)
@@ -226,7 +226,7 @@ def grouped(trajs: list[Trajectory], gamma: float, pte_cfg) -> dict:
 
 
 def deltas(metrics: dict, reference: str) -> dict:
-    """ΔAcc (points), ΔTC (calls per task) and ΔAcc/−ΔTC against the reference arm (seed 002, Table 3)."""
+    """ΔAcc (points), ΔTC (calls per task) and ΔAcc/−ΔTC against the reference arm (When2Tool, Table 3)."""
     ref = metrics[reference]["all"]
     out = {}
     for name, m in metrics.items():
@@ -257,8 +257,6 @@ CACHE_KEY_AGENT_FIELDS = ("call_format", "max_rounds", "max_new_tokens", "temper
 def decoding_key(agent_kw: dict) -> dict:
     """The agent settings that key cached trajectories: :data:`CACHE_KEY_AGENT_FIELDS`, plus any other
     AgentConfig field set away from its default (a field at its default changes no trajectory)."""
-    from data_builders.agent.loop import AgentConfig
-
     defaults = {f.name: f.default for f in dataclasses.fields(AgentConfig)}
     return {k: v for k, v in agent_kw.items() if k in CACHE_KEY_AGENT_FIELDS or v != defaults[k]}
 
@@ -277,11 +275,9 @@ class PolicyRun:
 
     @classmethod
     def from_config(cls, cfg: DictConfig) -> "PolicyRun":
-        from data_builders.backends.loading import backend_from_config
 
-        from data_builders.metrics.pte import PTEConfig
 
-        backend = backend_from_config(cfg.model, cfg.get("backend"))
+        backend = loading.backend_from_config(cfg.model, cfg.get("backend"))
         agent_kw = OmegaConf.to_container(cfg.agent, resolve=True)
         pte_cfg = PTEConfig(hardware=OmegaConf.to_container(cfg.hardware, resolve=True),
                             **OmegaConf.to_container(cfg.pte, resolve=True))
@@ -308,14 +304,10 @@ def save_results(results: dict, out_dir: Path, write_report: Callable[[dict, Pat
 
 
 def run(cfg: DictConfig) -> dict:
-    from data_builders.agent.loop import Agent, AgentConfig
-    from data_builders.backends.loading import backend_from_config
-    from data_builders.tasks import tasks_from_config
 
-    from data_builders.metrics.patterns import count_patterns
     
     out_dir = Path(cfg.out_dir)
-    tasks = tasks_from_config(cfg)
+    tasks = task_sources.tasks_from_config(cfg)
     ctx = PolicyRun.from_config(cfg)
     backend, agent_kw, pte_cfg, gamma, decoding, cache = (ctx.backend, ctx.agent_kw, ctx.pte_cfg, ctx.gamma,
                                                           ctx.decoding, ctx.cache)
@@ -336,7 +328,7 @@ def run(cfg: DictConfig) -> dict:
             continue
         if arm.backend_key not in backends:
             p = next(p for p in cfg.arms.policies if p["name"] == arm.backend_key)
-            backends[arm.backend_key] = backend_from_config(p["model"], cfg.get("backend"))
+            backends[arm.backend_key] = loading.backend_from_config(p["model"], cfg.get("backend"))
         arm_cache = cache if arm.backend_key == "policy" else \
             TrajectoryCache(cfg.cache_dir, backends[arm.backend_key].fingerprint, decoding)
         trajs, seconds, computed = run_arm(arm, backends[arm.backend_key], tasks, arm_cache, agent_kw)
@@ -379,7 +371,6 @@ def _ckpt_metric(path: Path):
 
 
 def _log_wandb(cfg: DictConfig, results: dict, files: list[Path]) -> None:
-    from trainers.tracking import log_report
 
     cols = ["arm"] + [c[0] for c in COLUMNS]
     rows = metric_rows((((name,), m["all"]) for name, m in results["arms"].items()), COLUMNS)
@@ -388,7 +379,6 @@ def _log_wandb(cfg: DictConfig, results: dict, files: list[Path]) -> None:
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="evaluate")
 def main(cfg: DictConfig) -> None:
-    from trainers.tracking import report_job
 
     report_job(cfg, run)
 

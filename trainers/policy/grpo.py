@@ -1,7 +1,7 @@
-"""``recipe=pte_grpo``: TRL GRPO with a PTE cost penalty on multi-turn tool rollouts (seed 003's proposal).
+"""``recipe=pte_grpo``: TRL GRPO with a PTE cost penalty on multi-turn tool rollouts (the PTE paper's proposal, arXiv 2604.05404).
 
 Why: the tool_sft policy calls tools readily, often needlessly; every call costs a re-prefill of the whole
-context (seed 003's PTE). Reinforcement learning with reward = correctness − λ·PTE/normaliser teaches the
+context (the PTE paper's cost). Reinforcement learning with reward = correctness − λ·PTE/normaliser teaches the
 policy itself to spend calls only where they pay, instead of gating it from outside.
 
 How, top to bottom:

@@ -8,7 +8,7 @@ field the rollout returned (``trainers/policy/grpo.py``: ``correct``, ``tool_cal
     reward = correctness − λ · PTE / normaliser               (reward.kind = pte)
     reward = correctness × r_tool(m, n)  − λ · PTE / normaliser  (reward.kind = otc)
 
-so λ = 0 is the plain correctness reward. PTE is seed 003's prefill-token-equivalent cost of the whole
+so λ = 0 is the plain correctness reward. PTE is the PTE paper's (arXiv 2604.05404) prefill-token-equivalent cost of the whole
 multi-turn episode (``data_builders/metrics/pte.py``, one function for the evaluator and the reward).
 """
 from __future__ import annotations

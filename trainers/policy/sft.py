@@ -90,7 +90,7 @@ def build_data(recipe: DictConfig, tokenizer) -> SFTData:
 CARD_BODY = """Teaches the When2Tool tool-call format (xml `<tool_call>`) and answers in `\\boxed{{}}`. Trained by
 `trainers/policy/sft.py` with TRL `SFTTrainer` + peft on oracle demonstrations of **train** tasks only (no
 test task is ever used); the loss covers the assistant turns only. Wall time {minutes:.1f} min on the
-training machine. Evaluation on held-out test tasks (bare vs SFT policy) is in the repository README."""
+training machine. Evaluation on held-out test tasks (bare vs SFT policy) is in docs/results.md of the toolwise repository."""
 
 
 def fit(recipe: DictConfig, cfg: DictConfig, run: RunInfo) -> Fitted:

@@ -1,4 +1,4 @@
-"""The factorized framework's agent interventions (seed paper 000): prompt mode ``cot``, ``tool_access``
+"""The factorized framework's agent interventions (the tool-use-tax paper, arXiv 2605.00136): prompt mode ``cot``, ``tool_access``
 (real | noop | hidden), ``max_tool_calls`` and ``reasoning_check``, on the scripted backend of test_loop."""
 from __future__ import annotations
 
