@@ -8,6 +8,8 @@ model's hidden states means nothing on another model's.
 """
 from __future__ import annotations
 
+import math
+from numbers import Real
 from typing import Any, Sequence
 
 import torch
@@ -17,6 +19,45 @@ from torch import nn
 
 class ContractMismatch(ValueError):
     """Features or a backend that the controller was not trained for."""
+
+
+def _number(field: str, value: Any) -> float:
+    # bool is a Real in Python, and a JSON string "0.5" would pass float(): neither is a setting anyone meant
+    if isinstance(value, bool) or not isinstance(value, Real):
+        raise ValueError(f"{field} must be a number, got {value!r}")
+    return float(value)
+
+
+def check_tau(value: Any) -> float:
+    """τ as a float; a decision is ``p >= τ``, so τ outside [0, 1] (or NaN) would fix every decision."""
+    tau = _number("tau", value)
+    if not 0.0 <= tau <= 1.0:   # NaN fails this comparison too
+        raise ValueError(f"tau must be a probability threshold in [0, 1], got {value!r}")
+    return tau
+
+
+def check_temperature(value: Any) -> float:
+    """The logit temperature as a float; ≤ 0 flips or zeroes every logit, inf/NaN makes every p 0.5 or NaN."""
+    t = _number("temperature", value)
+    if not (math.isfinite(t) and t > 0):
+        raise ValueError(f"temperature must be a finite number > 0, got {value!r}")
+    return t
+
+
+def check_contract_dict(contract: Any, rank: int) -> None:
+    """Raise ValueError naming the field unless ``contract`` is what :func:`make_contract` builds, with an
+    ``input_shape`` of ``rank`` positive sizes."""
+    if not isinstance(contract, dict):
+        raise ValueError(f"contract must be an object, got {type(contract).__name__}")
+    feat = contract.get("featurizer")
+    if not (isinstance(feat, dict) and isinstance(feat.get("name"), str) and isinstance(feat.get("version"), int)):
+        raise ValueError(f"contract.featurizer must be {{'name': str, 'version': int}}, got {feat!r}")
+    if not isinstance(contract.get("backend"), str):
+        raise ValueError(f"contract.backend must be a string, got {contract.get('backend')!r}")
+    shape = contract.get("input_shape")
+    if not (isinstance(shape, list) and len(shape) == rank
+            and all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in shape)):
+        raise ValueError(f"contract.input_shape must be a list of {rank} positive integers, got {shape!r}")
 
 
 def make_contract(featurizer: dict, backend: str, input_shape: Sequence[int], **extra: Any) -> dict:
@@ -53,15 +94,49 @@ class Controller(nn.Module, PyTorchModelHubMixin, library_name="toolwise", tags=
     """
 
     registry_name = "base"
+    input_rank = 1   # len(contract["input_shape"]): features are [batch, *input_shape]
 
     def __init__(self, *, contract: dict, tau: float = 0.5, temperature: float = 1.0, controller: str | None = None):
         super().__init__()
         if controller is not None and controller != self.registry_name:
             raise ValueError(f"config names controller {controller!r} but this class is {self.registry_name!r}")
+        check_contract_dict(contract, self.input_rank)
         self.controller = self.registry_name
         self.contract = contract
-        self.tau = float(tau)
-        self.temperature = float(temperature)
+        self.tau = tau
+        self.temperature = temperature
+
+    # τ and the temperature are set after construction too (calibration): validated on every assignment, so a
+    # controller never holds a setting that flips, zeroes or disables its decisions
+    @property
+    def tau(self) -> float:
+        return self._tau
+
+    @tau.setter
+    def tau(self, value: float) -> None:
+        self._tau = check_tau(value)
+
+    @property
+    def temperature(self) -> float:
+        return self._temperature
+
+    @temperature.setter
+    def temperature(self, value: float) -> None:
+        self._temperature = check_temperature(value)
+
+    @torch.no_grad()
+    def check_weights(self) -> None:
+        """Raise ValueError naming the tensor (its ``state_dict`` / safetensors name) if one holds NaN or inf, or
+        a standardisation scale is ≤ 0: such weights load fine and then decide every point the same way."""
+        for name, t in self.state_dict().items():
+            bad = int((~torch.isfinite(t)).sum()) if t.is_floating_point() else 0
+            if bad:
+                raise ValueError(f"tensor {name!r} has {bad} non-finite value(s) (NaN/inf) of {t.numel()}")
+        for prefix, m in self.named_modules():
+            if isinstance(m, Standardize) and bool((m.std <= 0).any()):
+                name = f"{prefix}.std" if prefix else "std"
+                raise ValueError(f"tensor {name!r} has a standardisation scale <= 0 (features would flip or divide "
+                                 "by zero)")
 
     def save_pretrained(self, save_directory, **kwargs):
         """The mixin's save, with the config refreshed: τ and temperature are set after training (calibration)

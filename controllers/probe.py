@@ -17,6 +17,7 @@ from .base import Controller, Standardize
 
 class LinearProbe(Controller):
     registry_name = "linear_probe"
+    input_rank = 2   # [layers, d_model]
 
     def __init__(self, *, contract: dict, tau: float = 0.5, temperature: float = 1.0, controller: str | None = None,
                  layers: list[int] | None = None):

@@ -62,29 +62,32 @@ def run(cfg: DictConfig, command: str | None = None) -> dict:
     backend = backend_from_config(cfg.model, cfg.get("backend"))
     builder = {k: cfg.get(k) for k in ("max_rounds", "max_new_tokens", "call_format", "feature_mode", "layers",
                                        "forced_answer_tokens", "verify_rounds", "commit_mode", "commit_label", "val_fraction", "seed")}
-    manifest = {"kind": kind, "task_hash": task_hash(tasks), "n_tasks": len(tasks),
+    shards = [tasks[i:i + cfg.shard_size] for i in range(0, len(tasks), cfg.shard_size)]
+    manifest = {"kind": kind, "task_hash": task_hash(tasks), "n_tasks": len(tasks), "n_shards": len(shards),
                 "task_source": OmegaConf.to_container(cfg.tasks, resolve=True), "backend": backend.fingerprint,
                 "featurizer": featurizer_id(kind), "label_rule": label_rule(kind, cfg), "shard_size": cfg.shard_size,
                 "builder": OmegaConf.to_container(OmegaConf.create(builder), resolve=True)}
-    store = PointStore(cfg.out_dir, manifest, overwrite=cfg.overwrite)
-    shards = [tasks[i:i + cfg.shard_size] for i in range(0, len(tasks), cfg.shard_size)]
-    done = store.done()
-    labeler = LABELERS[kind]
-    with tqdm(total=len(tasks), desc=f"build {kind}", unit="task", initial=sum(len(shards[i]) for i in done)) as bar:
-        for i, chunk in enumerate(shards):
-            if i in done:
-                continue
-            rows, tensors = labeler(backend, chunk, [split_of(t, cfg.val_fraction, cfg.seed) for t in chunk], cfg)
-            store.write_shard(i, rows, tensors)
-            bar.update(len(chunk))
-    ds = load_points(cfg.out_dir, require_complete=False)
-    table, counts = counts_table(ds.points)
-    positives = int(sum(ds.points["label"])) if len(ds) else 0
-    extra = {}
-    if kind == "flip" and len(ds):
-        extra = {"flip_classes": dict(Counter(ds.points["flip_class"]))}
-    store.finalize({"points": len(ds), "positives": positives, "by_split_category": counts, **extra},
-                   command=command)
+    # Opening locks the directory and verifies the finished shards: missing, truncated, swapped or foreign
+    # files are deleted there, so this loop recomputes exactly those (and the shards never finished).
+    with PointStore(cfg.out_dir, manifest, overwrite=cfg.overwrite) as store:
+        done = store.done()
+        labeler = LABELERS[kind]
+        with tqdm(total=len(tasks), desc=f"build {kind}", unit="task",
+                  initial=sum(len(shards[i]) for i in done)) as bar:
+            for i, chunk in enumerate(shards):
+                if i in done:
+                    continue
+                rows, tensors = labeler(backend, chunk, [split_of(t, cfg.val_fraction, cfg.seed) for t in chunk], cfg)
+                store.write_shard(i, rows, tensors)
+                bar.update(len(chunk))
+        ds = load_points(cfg.out_dir, require_complete=False)
+        table, counts = counts_table(ds.points)
+        positives = int(sum(ds.points["label"])) if len(ds) else 0
+        extra = {}
+        if kind == "flip" and len(ds):
+            extra = {"flip_classes": dict(Counter(ds.points["flip_class"]))}
+        store.finalize({"points": len(ds), "positives": positives, "by_split_category": counts, **extra},
+                       command=command)
     print(table)
     if extra:
         n = len(ds)

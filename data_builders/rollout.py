@@ -3,11 +3,13 @@
     python -m data_builders.rollout tasks=builtin mode=force limit=32 [model=smollm2_base] [backend=vllm|openai]
 
 Writes ``trajectories.jsonl`` and ``summary.json`` to the Hydra run directory, prints a table per
-environment x difficulty, and ends with one line of key=value figures.
+environment x difficulty, and ends with one line of key=value figures. While it runs, each finished episode is
+appended to ``trajectories.partial.jsonl`` (removed on success), so a failure or a kill keeps the finished ones.
 """
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -39,22 +41,41 @@ def summary_table(trajs: list[Trajectory]) -> str:
 
 def run(cfg: DictConfig) -> dict:
     out_dir = Path(cfg.out_dir)
+    # Tasks and agent settings are checked before the model loads: a typo must not cost a model load.
     tasks = tasks_from_config(cfg)
-    backend = backend_from_config(cfg.model, cfg.get("backend"))
     agent_cfg = AgentConfig(mode=cfg.mode, reasoning=cfg.reasoning, **OmegaConf.to_container(cfg.agent))
+    backend = backend_from_config(cfg.model, cfg.get("backend"))
     agent = Agent(backend, agent_cfg)
+    path, partial = out_dir / "trajectories.jsonl", out_dir / "trajectories.partial.jsonl"
+    out_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    with tqdm(total=len(tasks), desc=f"rollout {agent_cfg.mode}", unit="task") as bar:
-        # Episodes finish together at max_rounds when a policy never answers: show rounds as they pass.
-        trajs = agent.run(tasks, on_done=lambda _: bar.update(1),
-                          on_round=lambda step, n: bar.set_postfix(round=step, in_flight=n))
+    done = 0
+    # Each episode is appended as it finishes (completion order), so a failure or a kill later in the run keeps
+    # every finished one; a separate file, so a failed rerun never truncates an earlier run's trajectories.jsonl.
+    with partial.open("w", encoding="utf-8") as sink, \
+            tqdm(total=len(tasks), desc=f"rollout {agent_cfg.mode}", unit="task") as bar:
+        def finished(traj: Trajectory) -> None:
+            nonlocal done
+            sink.write(json.dumps(traj.to_dict(), ensure_ascii=False) + "\n")
+            sink.flush()
+            done += 1
+            bar.update(1)
+        try:
+            # Episodes finish together at max_rounds when a policy never answers: show rounds as they pass.
+            trajs = agent.run(tasks, on_done=finished,
+                              on_round=lambda step, n: bar.set_postfix(round=step, in_flight=n))
+        except BaseException:
+            print(f"rollout failed: the {done} of {len(tasks)} episodes that finished are in {partial}",
+                  file=sys.stderr)
+            raise
     wall = time.perf_counter() - t0
-    write_trajectories(out_dir / "trajectories.jsonl", trajs)
+    write_trajectories(path, trajs)     # task order
+    partial.unlink()
     summary = {**summarize(trajs), "wall_s": round(wall, 2), "policy": backend.fingerprint, "backend": backend.name, "mode": agent_cfg.mode,
                "reasoning": agent_cfg.reasoning, "config": OmegaConf.to_container(cfg, resolve=True)}
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     print(summary_table(trajs))
-    print(f"trajectories: {out_dir / 'trajectories.jsonl'}")
+    print(f"trajectories: {path}")
     print(f"accuracy={summary['accuracy']:.4f} tool_calls_per_task={summary['tool_calls_per_task']:.3f} "
           f"format_error_rate={summary['format_error_rate']:.4f} tokens_per_task={summary['tokens_per_task']:.1f} "
           f"tasks={summary['tasks']}")

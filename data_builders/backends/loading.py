@@ -17,6 +17,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 import torch
+from huggingface_hub import constants, try_to_load_from_cache
+from huggingface_hub.errors import HFValidationError
+from huggingface_hub.utils import validate_repo_id
 from omegaconf import OmegaConf
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -38,19 +41,63 @@ class EmbeddedModelMissing(RuntimeError):
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
+def _looks_like_path(name: str) -> bool:
+    """Names only a filesystem path can be: a hub id is ``name`` or ``org/name``, never ``./x``, ``/x``, ``~/x`` or a
+    ``.gguf`` file."""
+    return (name in (".", "..") or name.startswith(("./", "../", "~")) or Path(name).is_absolute()
+            or name.endswith(".gguf"))
+
+
+def _is_repo_id(name: str) -> bool:
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        return False
+    return True
+
+
+def _nowhere(what: str, name: str, looked: list[Path], err: Exception | None = None) -> str:
+    """The message for a name that is neither a local path nor a hub id we can reach."""
+    where = " or ".join(str(p.resolve()) for p in looked)
+    hub = "HF_HUB_OFFLINE is set" if constants.is_offline_mode() else (f"the hub said: {err}" if err else "")
+    return (f"{what} {name!r}: neither a local directory nor a cached hub id exists: no directory {where}, and no "
+            f"snapshot of hub id {name!r} in {constants.HF_HUB_CACHE}" + (f" ({hub})" if hub else ""))
+
+
+def resolve_model(model: str) -> str:
+    """A model name as a local path when one exists; else a hub id, passed on for transformers (or vLLM) to fetch.
+    A missing path (``./x``, ``/x``, ``~/x``, ``x.gguf``, or a name no hub id can have) fails here, saying so,
+    instead of in transformers' "Repo id must be in the form ..."."""
+    if Path(model).exists():
+        return model   # as given: transformers records it as the model's _name_or_path (its id)
+    p = Path(model).expanduser()
+    if p.exists():
+        return str(p)
+    if _looks_like_path(model) or not _is_repo_id(model):
+        raise FileNotFoundError(f"model {model!r}: no such file or directory ({p.resolve()})")
+    return model
+
+
 def resolve_adapter(adapter: str | None) -> str | None:
     """An adapter path as given (absolute, or relative to the working directory), else relative to the
-    repository root, so ``checkpoints/tool_sft/<run>`` works from any directory; a hub id is passed on."""
+    repository root, so ``checkpoints/tool_sft/<run>`` works from any directory; a hub id ``owner/name`` is passed
+    on. A missing path fails here naming the places looked, not inside peft."""
     if not adapter:
         return None
     p = Path(adapter).expanduser()
-    if p.is_absolute() or p.exists():
+    if p.exists():
         return str(p)
-    if (REPO_ROOT / p).exists():
+    if not p.is_absolute() and (REPO_ROOT / p).exists():
         return str(REPO_ROOT / p)
-    if len(p.parts) == 2 and not str(adapter).startswith((".", "checkpoints")):
-        return str(adapter)  # looks like a hub id "owner/name"
-    raise FileNotFoundError(f"adapter {adapter!r} not found (looked in {Path.cwd()} and {REPO_ROOT})")
+    looked = [p] if p.is_absolute() else [p, REPO_ROOT / p]
+    hub_id = len(p.parts) == 2 and _is_repo_id(adapter)   # adapters are published as "owner/name"
+    if _looks_like_path(adapter) or str(adapter).startswith("checkpoints") or not hub_id:
+        raise FileNotFoundError(f"adapter {adapter!r}: no such directory (looked at "
+                                f"{' and '.join(str(x.resolve()) for x in looked)})")
+    # peft fetches hub adapters itself; offline, a hub id missing from the cache is known to fail already
+    if constants.is_offline_mode() and not isinstance(try_to_load_from_cache(adapter, "adapter_config.json"), str):
+        raise FileNotFoundError(_nowhere("adapter", adapter, looked))
+    return str(adapter)
 
 
 def cache_root() -> Path:
@@ -119,19 +166,30 @@ def load_backend(model: str = "smollm2", *, gguf_file: str | None = None, adapte
     ``.gguf`` file (or a directory plus ``gguf_file``). ``device``: ``auto`` (CUDA when available),
     ``cpu``, ``cuda`` or ``cuda:N``."""
     torch_dtype = getattr(torch, dtype)
+    # resolved first: a missing adapter fails before seconds of model loading; the fingerprint keeps the name as
+    # given, not a machine path
+    adapter_path = resolve_adapter(adapter)
     if model in EMBEDDED_ALIASES:
         path, mid = str(embedded_model_dir()), EMBEDDED_ID
         hf_model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
         tok = AutoTokenizer.from_pretrained(path)
     elif gguf_file or str(model).endswith(".gguf"):
-        p = Path(model) / gguf_file if gguf_file else Path(model)
+        base = resolve_model(model)
+        p = Path(base) / gguf_file if gguf_file else Path(base)
+        if Path(base).exists() and not p.is_file():
+            raise FileNotFoundError(f"model {model!r}: GGUF file {p.resolve()} does not exist")
         hf_model, tok = _load_gguf(p, torch_dtype)
         mid = model_id or p.name
     else:
-        hf_model = AutoModelForCausalLM.from_pretrained(model, dtype=torch_dtype)
-        tok = AutoTokenizer.from_pretrained(model)
+        path = resolve_model(model)
+        try:
+            hf_model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
+        except OSError as e:
+            if Path(path).exists():   # a local directory that is not a model: transformers' message names it
+                raise
+            raise OSError(_nowhere("model", model, [Path(model)], e)) from e
+        tok = AutoTokenizer.from_pretrained(path)
         mid = model_id or getattr(hf_model.config, "_name_or_path", None) or str(model)
-    adapter_path = resolve_adapter(adapter)  # the fingerprint keeps the name as given, not a machine path
     if adapter_path:
         from peft import PeftModel   # why: only adapters need peft, which adds ~2.5 s to every model load
         hf_model = PeftModel.from_pretrained(hf_model, adapter_path).merge_and_unload()
@@ -166,7 +224,7 @@ def model_directory(model: str = "smollm2", *, gguf_file: str | None = None, ada
     if model in EMBEDDED_ALIASES and not adapter_path:
         return str(embedded_model_dir()), EMBEDDED_ID
     if not is_gguf and not adapter_path:
-        return str(model), str(model)
+        return resolve_model(model), str(model)   # a missing local path fails here, not inside the engine
     target = cache_root() / "merged" / _content_key(str(model), gguf_file, adapter_path, dtype)
     id_file = target / "toolwise_model_id.txt"
     if not id_file.is_file():

@@ -22,13 +22,14 @@ be defeated on its own:
    afterwards. A crash of the child can therefore never take the harness down.
 2. **Linux namespaces, when available** (``unshare --net --pid --ipc --uts
    --mount --mount-proc --fork --kill-child``; probed once, used only if it
-   works, never required). A fresh network namespace has no interfaces besides
-   a down loopback, a PID namespace hides (and makes unsignalable) every
-   process outside it and kills all of its processes when the child exits, and
-   the private ``/proc`` stops the child reading the harness's environment.
-   This is defence in depth for the case where the audit hook (layer 4) is
-   bypassed by a bug in CPython; the hook must and does stand on its own, and
-   the test-suite runs representative attacks with the namespaces disabled.
+   works, never required; only root gets them, and ``run_python(...,
+   namespaces=False)`` turns them off). A fresh network namespace has no
+   interfaces besides a down loopback, a PID namespace hides (and makes
+   unsignalable) every process outside it and kills all of its processes when
+   the child exits, and the private ``/proc`` hides the harness's
+   ``/proc/<pid>``. This is defence in depth for the case where the audit hook
+   (layer 4) is bypassed by a bug in CPython; the hook must and does stand on
+   its own, and the test-suite runs every case both with and without them.
 3. **Resource limits** set in the child before any user code: ``RLIMIT_AS``
    (memory: allocations fail with ``MemoryError``), ``RLIMIT_CPU`` (soft limit
    raises a catchable time-out via SIGXCPU; hard limit one second later is an
@@ -51,7 +52,8 @@ be defeated on its own:
      ``os.spawn*``/``os.fork``/``os.forkpty``, ``os.posix_spawn*``,
      ``subprocess.Popen``, ``pty.spawn``, ``os.killpg`` and ``os.kill`` of
      any process but itself (so ``os.kill(os.getppid(), 9)`` cannot hit the
-     harness);
+     harness), ``fcntl`` ``F_SETOWN``/``F_SETOWN_EX``/``F_SETSIG`` (SIGIO to
+     any PID), ``F_SETLEASE`` and ``F_NOTIFY``;
    * networking: creating any socket except ``AF_UNIX`` (``asyncio`` needs a
      socketpair for its self-pipe), any ``connect``/``bind``/``sendto``, and
      name resolution;
@@ -66,12 +68,29 @@ be defeated on its own:
      ``chmod``, ``chown``, ``utime``, ``truncate``, ``setxattr``,
      ``removexattr``; ``os.symlink`` and ``os.link`` are refused everywhere,
      which keeps the sandbox directory free of links, so a lexical path check
-     against the real sandbox path is exact. Reading files is allowed (the
-     standard library needs it), except that ``os.open`` of a *directory*
-     outside the sandbox is refused, because ``os.open`` does not report
-     ``dir_fd`` to the hook and an outside directory descriptor would make a
-     relative path land outside; for the same reason an ``os.open`` write
-     through a relative path with a ``..`` component is refused;
+     against the real sandbox path is exact. Also refused: every
+     ``fcntl.ioctl`` (``FS_IOC_SETFLAGS`` sets ``chattr +i`` on an outside
+     file through a read-only descriptor; ``TIOCSTI`` types into a terminal)
+     and record locks (``flock``, ``lockf``, ``fcntl`` ``F_SETLK*``) on files
+     outside the directory, which the harness could block on. ``os.chdir``/
+     ``fchdir`` out of the directory is refused (otherwise a thread could move
+     the working directory out between another thread's check of a relative
+     path and its system call), and so is any path whose resolution applies
+     ``..`` to a directory inside the sandbox (another thread could move that
+     directory up in the meantime, and the same ``..`` would climb out);
+   * reading another process's ``/proc/<pid>/...`` (``environ`` holds the
+     harness's API keys when there is no PID namespace; ``cmdline``, ``mem``,
+     ``fd/``). The path is resolved as the kernel would (symlinks and /proc's
+     magic links followed, ``..`` applied after them, relative paths against
+     the working directory) and a procfs root is recognised by device and
+     inode, so ``/proc/self/root/proc/N`` or ``/dev/fd/../../N`` are caught
+     too. Reading other files is allowed (the standard library needs it),
+     except that ``os.open`` of a *directory* outside the sandbox is refused,
+     because ``os.open`` does not report ``dir_fd`` to the hook and an outside
+     directory descriptor would make a relative path land outside; for the
+     same reason an ``os.open`` through a relative path with a ``..``
+     component is refused, and so are path objects other than ``str``,
+     ``bytes``, ``os.DirEntry`` and the exact ``pathlib`` classes;
    * tampering with the sandbox itself: ``sys.addaudithook``,
      ``resource.setrlimit``/``prlimit``, ``gc.get_objects``/``get_referrers``/
      ``get_referents`` (the only generic way to reach objects the bootstrap
@@ -88,8 +107,9 @@ be defeated on its own:
    could defeat the rules above: ``_posixsubprocess.fork_exec`` (process
    creation), ``os.mknod``/``os.mkfifo`` (device nodes and FIFOs), ``os.setsid``/
    ``setpgid``/``setpgrp`` (leave the process group that gets killed),
-   ``os.chroot``, ``os.nice``/``setpriority``/``sched_set*`` (starve the
-   harness) and ``signal.pidfd_send_signal`` (signal other processes). The
+   ``os.chroot``, ``os.nice``/``setpriority``/``sched_setscheduler``/
+   ``sched_setparam``/``sched_setaffinity`` (starve or pin the harness's
+   CPUs) and ``signal.pidfd_send_signal`` (signal other processes). The
    bootstrap first imports every built-in module, then replaces those
    functions by ones that raise ``PermissionError`` and disables
    ``_imp.create_builtin``/``exec_builtin``, so a fresh, unmodified copy of
@@ -109,7 +129,10 @@ report, e.g. ``os._exit(7)``, reported as ``"SystemExit: 7"``), ``"crash"``
 could not run). ``error`` is ``f"{type(exc).__name__}: {exc}"`` of the exception
 the code raised, exactly as an in-process ``exec`` wrapper would format it
 (``SyntaxError`` included, reported against ``<string>``), or a message in the
-same ``"<Class>: <msg>"`` shape for the other kinds. ``stdout`` is exactly what
+same ``"<Class>: <msg>"`` shape for the other kinds. The kind survives user
+code that rebinds builtins or breaks ``json``: the child's report is built
+from functions bound before the code ran and builtins are restored before the
+traceback is printed. ``stdout`` is exactly what
 was written (partial output is kept on every failure), ``stderr`` holds the
 traceback as CPython would print it.
 
@@ -117,18 +140,20 @@ Known gaps: the audit hook is not a security boundary by CPython's own
 documentation: a memory-corruption bug in CPython or in a third-party
 extension module (any native module that is not on the deny-list can make
 unaudited system calls) defeats layers 4 and 5, and then only layers 1 to 3
-remain. Two narrow thread races remain in the hook (a ``pathlib`` object
-whose cached string is changed between check and use; renaming directories
-inside the sandbox while another thread's ``..`` path is being resolved).
-Reads are unrestricted: the child runs with the harness's user id and can read
-whatever that user can (mitigated by the private ``/proc`` and by having no
-network). Disk use inside the sandbox directory is bounded per file, not in
-total.
+remain. One narrow thread race remains in the hook (a ``pathlib`` object
+whose cached string is changed between check and use); the races through the
+working directory and through moved directories are closed by keeping the
+working directory inside the sandbox and refusing ``..`` there.
+Reads other than /proc/<pid> of other processes are unrestricted: the child
+runs with the harness's user id and can read whatever that user can (as root:
+everything), mitigated by having no network. Without namespaces, metadata of
+other processes (``os.listdir('/proc')``, ``os.stat``/``os.readlink`` under
+``/proc/<pid>``) stays visible. Disk use inside the sandbox directory is
+bounded per file, not in total.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import resource
 import selectors
@@ -235,13 +260,17 @@ def _signal_name(signum: int) -> str:
         return f"signal {signum}"
 
 
-def run_python(code: str, limits: SandboxLimits = SandboxLimits()) -> SandboxResult:
-    """Run ``code`` in a fresh sandboxed interpreter; see the module docstring."""
+def run_python(code: str, limits: SandboxLimits = SandboxLimits(), *, namespaces: bool = True) -> SandboxResult:
+    """Run ``code`` in a fresh sandboxed interpreter; see the module docstring.
+
+    ``namespaces=False`` skips layer 2 even where it is available: the mode every non-root user gets, which
+    the tests force as root to check that the other layers hold on their own.
+    """
     if not isinstance(code, str):
         raise TypeError(f"code must be str, not {type(code).__name__}")
     start = time.monotonic()
     try:
-        return _run(code, limits, start)
+        return _run(code, limits, start, namespaces)
     except Exception as exc:  # the sandbox itself failed (no fork, disk full, ...)
         return SandboxResult(
             stdout="",
@@ -254,7 +283,7 @@ def run_python(code: str, limits: SandboxLimits = SandboxLimits()) -> SandboxRes
         )
 
 
-def _run(code: str, limits: SandboxLimits, start: float) -> SandboxResult:
+def _run(code: str, limits: SandboxLimits, start: float, namespaces: bool) -> SandboxResult:
     cpu_s = max(1, int(-(-limits.cpu_s // 1)))  # RLIMIT_CPU has whole seconds
     with tempfile.TemporaryDirectory(prefix="toolwise-sandbox-", ignore_cleanup_errors=True) as base:
         base = os.path.realpath(base)
@@ -268,7 +297,7 @@ def _run(code: str, limits: SandboxLimits, start: float) -> SandboxResult:
         report_r, report_w = os.pipe()
         try:
             argv = [
-                *_namespace_prefix(),
+                *(_namespace_prefix() if namespaces else []),
                 sys.executable, "-I", "-X", "utf8", "-u", "-c", _CHILD_SOURCE,
                 work, code_path, str(report_w), str(limits.memory_mb * 1024 * 1024), str(cpu_s),
                 str(limits.max_file_bytes), str(_NOFILE), repr(limits.wall_s + 2.0),
@@ -402,19 +431,25 @@ def _supervise(proc: subprocess.Popen, report_r: int, limits: SandboxLimits, cpu
     return result(returncode, "exit", f"SystemExit: {returncode}")
 
 
-_KINDS = {None, "timeout", "memory", "forbidden", "exception", "exit", "sandbox_error"}
+_KINDS = {"timeout", "memory", "forbidden", "exception", "exit", "sandbox_error"}
 
 
 def _parse_report(raw: bytes) -> dict | None:
-    """Validate the child's report; a forged or garbled one counts as absent."""
-    lines = raw.rstrip(b"\n").rsplit(b"\n", 1)
+    """Validate the child's report; a forged or garbled one counts as absent.
+
+    The report is the last line ``<kind or -> <exit code> <UTF-8 error as hex or ->`` (ASCII): the child
+    builds it without json, whose Python code user code can break by rebinding builtins.
+    """
+    fields = raw.rstrip(b"\n").rsplit(b"\n", 1)[-1].split(b" ")
+    if len(fields) != 3:
+        return None
+    kind_raw, code_raw, error_raw = fields
     try:
-        report = json.loads(lines[-1].decode("utf-8"))
+        kind = None if kind_raw == b"-" else kind_raw.decode("ascii")
+        exit_code = int(code_raw.decode("ascii"), 10)
+        error = None if error_raw == b"-" else bytes.fromhex(error_raw.decode("ascii")).decode("utf-8")
     except (UnicodeDecodeError, ValueError):
         return None
-    if not isinstance(report, dict) or report.get("kind") not in _KINDS:
+    if kind is not None and kind not in _KINDS:
         return None
-    error, exit_code = report.get("error"), report.get("exit_code")
-    if not (error is None or isinstance(error, str)) or type(exit_code) is not int:
-        return None
-    return {"kind": report["kind"], "error": error, "exit_code": exit_code}
+    return {"kind": kind, "error": error, "exit_code": exit_code}

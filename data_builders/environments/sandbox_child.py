@@ -11,7 +11,7 @@ every module of the package) only defines the function.
 
 def _sandbox_bootstrap(argv):
     # why imports here: nothing the bootstrap binds may be left in a module namespace (module docstring)
-    import sys, posix, resource, signal, _signal, _imp, json, traceback, threading, time
+    import sys, posix, resource, signal, _signal, _imp, traceback, threading, time, builtins, fcntl
     import pathlib, stat as _stat_mod, _posixsubprocess
 
     root, code_path = argv[1], argv[2]
@@ -19,19 +19,22 @@ def _sandbox_bootstrap(argv):
     watchdog_s = float(argv[8])
     _write, _exit, _out, _err = posix.write, posix._exit, sys.stdout, sys.stderr
 
-    _dumps = json.dumps
-
-    def report(kind, error, code):
+    def report(kind, error, code, BaseException=BaseException, encode=str.encode, hexlify=bytes.hex):
         # Whatever the user code broke (stdout, json, builtins), the process
-        # must end here: the exit status is the fallback report.
+        # must end here: the exit status is the fallback report. The report is
+        # built from C methods bound here, not with json: json's Python code
+        # looks up isinstance/str/... in builtins, which the user may have
+        # replaced, and a lost report would turn "forbidden" into "exit".
         try:
             _out.flush()
             _err.flush()
         except BaseException:
             pass
         try:
-            # Own line, so anything the user wrote to this pipe before is ignored.
-            data = ("\n" + _dumps({"kind": kind, "error": error, "exit_code": code}) + "\n").encode("utf-8", "replace")
+            # Own line, so anything the user wrote to this pipe before is
+            # ignored: "<kind or -> <exit code> <error as UTF-8 hex or ->".
+            hex_error = "-" if error is None else hexlify(encode(error, "utf-8", "replace"))
+            data = encode("\n%s %d %s\n" % (kind or "-", code, hex_error), "ascii")
             while data:
                 data = data[_write(report_fd, data):]
         except BaseException:
@@ -61,13 +64,17 @@ def _sandbox_bootstrap(argv):
                 pass
 
     def denied_function(what):
-        def denied(*args, **kwargs):
-            raise PermissionError("[sandbox] %s is not allowed" % what)
+        # PermissionError bound here: user code may rebind builtins.PermissionError.
+        def denied(*args, _PermissionError=PermissionError, **kwargs):
+            raise _PermissionError("[sandbox] %s is not allowed" % what)
         return denied
 
     os_mod = sys.modules["os"]
+    # sched_setaffinity has no audit event and, without a PID namespace, can
+    # pin any process of the same user (or any process, as root) to one CPU.
     for name in ("mknod", "mkfifo", "setsid", "setpgid", "setpgrp", "chroot", "nice",
-                 "setpriority", "sched_setscheduler", "sched_setparam", "login_tty", "tcsetpgrp"):
+                 "setpriority", "sched_setscheduler", "sched_setparam", "sched_setaffinity",
+                 "login_tty", "tcsetpgrp"):
         for mod in (posix, os_mod):
             if hasattr(mod, name):
                 setattr(mod, name, denied_function("os." + name))
@@ -77,6 +84,29 @@ def _sandbox_bootstrap(argv):
     _posixsubprocess.fork_exec = denied_function("_posixsubprocess.fork_exec")
     _imp.create_builtin = denied_function("re-creating a built-in module")
     _imp.exec_builtin = denied_function("re-executing a built-in module")
+
+    # Classification below must survive user code that rebinds builtins.
+    def chain(exc, len=len, any=any):
+        seen = []
+        while exc is not None and len(seen) < 100 and not any(exc is s for s in seen):
+            seen.append(exc)
+            yield exc
+            exc = exc.__cause__ if exc.__cause__ is not None else exc.__context__
+
+    def describe(exc, type=type, BaseException=BaseException):
+        try:
+            return "%s: %s" % (type(exc).__name__, exc)
+        except BaseException:
+            return "%s: <unprintable>" % type(exc).__name__
+
+    def classify(exc, chain=chain, isinstance=isinstance, str=str, MemoryError=MemoryError,
+                 PermissionError=PermissionError):
+        for link in chain(exc):
+            if isinstance(link, MemoryError):
+                return "memory"
+            if isinstance(link, PermissionError) and link.args and str(link.args[0]).startswith("[sandbox]"):
+                return "forbidden"
+        return "exception"
 
     # Layer 4: the audit hook. No helper below has a closure or reads a
     # global: everything arrives through positional defaults, which live in an
@@ -90,7 +120,7 @@ def _sandbox_bootstrap(argv):
               exact_s=str.__getitem__, exact_b=bytes.__getitem__, decode=bytes.decode,
               full=slice(None), posix_path=pathlib.PosixPath, pure_posix_path=pathlib.PurePosixPath,
               fspath_fn=pathlib.PurePath.__fspath__, str_fn=pathlib.PurePath.__str__,
-              str_slot=pathlib.PurePath._str):
+              str_slot=pathlib.PurePath._str, dir_entry=posix.DirEntry):
         # Exact str content, never user code: a user __fspath__ could answer one
         # path to this check and another to the real system call.
         if isinstance(path, str):
@@ -98,6 +128,12 @@ def _sandbox_bootstrap(argv):
         if isinstance(path, bytes):
             return decode(exact_b(path, full), "utf-8", "surrogateescape")
         cls = type(path)
+        if cls is dir_entry:
+            # os.DirEntry can't be subclassed and its path is a C member: no user code runs.
+            path = path.path
+            if type(path) is str:
+                return path
+            return decode(path, "utf-8", "surrogateescape")
         if (cls is posix_path or cls is pure_posix_path) and cls.__fspath__ is fspath_fn and cls.__str__ is str_fn:
             # Unmodified pathlib caches the string it handed to the system
             # call; read that cache instead of calling anything.
@@ -120,11 +156,79 @@ def _sandbox_bootstrap(argv):
             deny(what + " through a descriptor that is not a file (" + target + ")")
         return target
 
+    try:
+        _proc = posix.stat("/proc")
+        proc_id = (_proc.st_dev, _proc.st_ino)
+    except OSError:  # no procfs here: nothing to hide, and no (dev, ino) matches this
+        proc_id = (-1, -1)
+
+    def _resolve(path, what, deny=_deny, lstat=posix.lstat, readlink=posix.readlink, getpid=posix.getpid,
+                 S_ISLNK=_stat_mod.S_ISLNK, OSError=OSError, proc_dev=proc_id[0], proc_ino=proc_id[1],
+                 root=root, root_slash=root + "/"):
+        # Checks the absolute, *unnormalised* path ``path`` the way the kernel
+        # resolves it: symlinks, including /proc's magic links (/proc/self/root
+        # -> /), are followed and '..' applies to the resolved directory, so no
+        # route (/proc/self/root/proc/N, /dev/fd/../../N) hides where it goes.
+        # Refused: (1) /proc/<pid>/... of another process (environ holds the
+        # harness's secrets when there is no PID namespace; a procfs root is
+        # recognised by device and inode, wherever mounted); (2) '..' applied
+        # to a directory inside the sandbox: a directory reached through the
+        # working directory or a descriptor can be moved by another thread
+        # between this check and the system call, and then the same number of
+        # '..' climbs elsewhere (outside). Nothing else needs '..' there.
+        own = "%d" % getpid()
+        pending = path.split("/")[::-1]
+        resolved = ""
+        in_proc_root = False
+        hops = 0
+        while pending:
+            name = pending.pop()
+            if name == "" or name == ".":
+                continue
+            if name == "..":
+                if resolved == root or resolved.startswith(root_slash):
+                    deny(what + " through '..' inside the sandbox directory: " + path)
+                resolved = resolved[:resolved.rfind("/")]
+                try:
+                    st = lstat(resolved or "/")
+                    in_proc_root = st.st_dev == proc_dev and st.st_ino == proc_ino
+                except OSError:
+                    in_proc_root = False
+                continue
+            if in_proc_root and name.isdigit() and name != own:
+                deny(what + " another process's /proc entries: " + path)
+            candidate = resolved + "/" + name
+            try:
+                st = lstat(candidate)
+            except OSError:  # does not exist (yet): the rest is taken as written
+                resolved, in_proc_root = candidate, False
+                continue
+            if S_ISLNK(st.st_mode):
+                hops += 1
+                if hops > 40:
+                    deny(what + " through too many symbolic links: " + path)
+                try:
+                    target = readlink(candidate)
+                except OSError:
+                    target = ":"
+                # Magic links to non-files read like "pipe:[12]" and are opened
+                # as the object itself, not by path.
+                if target.startswith("/"):
+                    resolved, in_proc_root = "", False
+                    pending.extend(target.split("/")[::-1])
+                    continue
+                if ":" not in target:
+                    pending.extend(target.split("/")[::-1])
+                    continue
+            resolved = candidate
+            in_proc_root = st.st_dev == proc_dev and st.st_ino == proc_ino
+
     def _absolute(path, dir_fd, what, deny=_deny, text_of=_text, fd_target=_fd_target,
                   getcwd=posix.getcwd, normpath=posix._path_normpath, OSError=OSError):
+        # (normalised absolute path, the same before normalisation for _resolve)
         text = text_of(path, what)
         if text.startswith("/"):
-            return normpath(text)
+            return normpath(text), text
         if dir_fd is None or dir_fd == -1 or dir_fd == -100:  # unset or AT_FDCWD
             try:
                 base = getcwd()
@@ -132,23 +236,27 @@ def _sandbox_bootstrap(argv):
                 deny(what + " relative to a deleted working directory")
         else:
             base = fd_target(dir_fd, what)
-        return normpath(base + "/" + text)
+        return normpath(base + "/" + text), base + "/" + text
 
     def _check_write(path, dir_fd, what, deny=_deny, isinstance=isinstance, int=int,
-                     fd_target=_fd_target, absolute=_absolute, root=root, root_slash=root + "/"):
+                     fd_target=_fd_target, absolute=_absolute, resolve=_resolve, root=root, root_slash=root + "/"):
+        raw = None
         if isinstance(path, int):
             target = fd_target(path, what)
         else:
-            target = absolute(path, dir_fd, what)
+            target, raw = absolute(path, dir_fd, what)
         if not (target == root or target.startswith(root_slash)):
             deny(what + " outside the sandbox directory: " + target)
+        if raw is not None:
+            resolve(raw, what)
         return target
 
     def _hook(event, args,
-              deny=_deny, text_of=_text, absolute=_absolute, check_write=_check_write,
+              deny=_deny, text_of=_text, absolute=_absolute, resolve=_resolve, check_write=_check_write,
               isinstance=isinstance, type=type, str=str, int=int, OSError=OSError,
               exact_s=str.__getitem__, full=slice(None), root=root, root_slash=root + "/",
-              pstat=posix.stat, getpid=posix.getpid, S_ISDIR=_stat_mod.S_ISDIR, S_ISREG=_stat_mod.S_ISREG,
+              pstat=posix.stat, getpid=posix.getpid,
+              S_ISDIR=_stat_mod.S_ISDIR, S_ISREG=_stat_mod.S_ISREG,
               write_flags=posix.O_WRONLY | posix.O_RDWR | posix.O_CREAT | posix.O_TRUNC | posix.O_APPEND,
               always_denied=frozenset({
                   "os.system", "os.exec", "os.fork", "os.forkpty", "os.posix_spawn", "os.spawn",
@@ -158,6 +266,22 @@ def _sandbox_bootstrap(argv):
                   "socket.connect", "socket.bind", "socket.getaddrinfo", "socket.gethostbyname",
                   "socket.gethostbyaddr", "socket.getnameinfo", "socket.sethostname",
                   "sqlite3.enable_load_extension", "sqlite3.load_extension", "webbrowser.open",
+                  # Any ioctl: FS_IOC_SETFLAGS makes outside files immutable
+                  # (chattr +i) through a read-only descriptor, TIOCSTI types
+                  # into a terminal; neither goes through a write check.
+                  "fcntl.ioctl",
+              }),
+              # fcntl commands that reach other processes: SIGIO/SIGURG to any
+              # PID (F_SETOWN*), leases that stall the harness's opens.
+              fcntl_denied=frozenset({
+                  fcntl.F_SETOWN, fcntl.F_SETSIG, fcntl.F_SETLEASE, fcntl.F_NOTIFY,
+                  getattr(fcntl, "F_SETOWN_EX", 15),
+              }),
+              # Record locks: allowed only on files inside the sandbox, so the
+              # code can't hold a lock the harness waits for.
+              fcntl_locks=frozenset({
+                  fcntl.F_SETLK, fcntl.F_SETLKW,
+                  getattr(fcntl, "F_OFD_SETLK", 37), getattr(fcntl, "F_OFD_SETLKW", 38),
               }),
               # event -> ((index of a path argument, index of its dir_fd or -1), ...)
               path_events=(
@@ -168,7 +292,10 @@ def _sandbox_bootstrap(argv):
                   ("os.rename", ((0, 2), (1, 3))),
               ),
               denied_setattr=frozenset({"__code__", "__defaults__", "__kwdefaults__"}),
-              own_functions=(_deny, _text, _fd_target, _absolute, _check_write),
+              # The hook's helpers and the reporting path: frames expose them, and
+              # swapped defaults there would break the check or the report.
+              own_functions=(_deny, _text, _fd_target, _resolve, _absolute, _check_write,
+                             report, chain, describe, classify),
               denied_imports=frozenset({
                   "ctypes", "_ctypes", "_ctypes_test", "cffi", "_cffi_backend", "_posixshmem",
                   "_sqlite3", "_dbm", "_gdbm", "readline", "syslog", "psutil", "_psutil_linux",
@@ -197,10 +324,16 @@ def _sandbox_bootstrap(argv):
                     return
                 if not (S_ISREG(st.st_mode) or S_ISDIR(st.st_mode)):
                     deny("writing to a file that is not a regular file: " + target)
-            elif mode is None:
+                return
+            # Reading: anything but another process's /proc entries.
+            text = text_of(path, "reading")
+            if mode is None and not text.startswith("/") and ".." in text.split("/"):
+                deny("os.open through a relative path with '..'")  # its dir_fd is hidden (see above)
+            target, raw = absolute(path, None, "reading")
+            resolve(raw, "reading")
+            if mode is None:
                 # A descriptor for an outside directory would be a dir_fd that
                 # lets a later os.open(..., dir_fd=fd) write outside unseen.
-                target = absolute(path, None, "os.open")
                 if not (target == root or target.startswith(root_slash)):
                     try:
                         st = pstat(target)
@@ -224,8 +357,8 @@ def _sandbox_bootstrap(argv):
                     deny("import of " + top + " is not allowed")
             return
         if event == "object.__setattr__":
-            # Only the hook's helpers are protected (traceback frames expose
-            # them); namedtuple and others legitimately set __defaults__.
+            # Only the sandbox's own functions are protected (traceback frames
+            # expose them); namedtuple and others legitimately set __defaults__.
             if isinstance(args[1], str) and exact_s(args[1], full) in denied_setattr:
                 for function in own_functions:
                     if args[0] is function:
@@ -239,15 +372,30 @@ def _sandbox_bootstrap(argv):
             if args[1] is not None:
                 deny(event + " to an address is not allowed")
             return
+        if event == "os.chdir":
+            # The working directory stays inside the sandbox: a thread that
+            # moves it out between another thread's check of a relative path
+            # and its system call would make that path land outside.
+            check_write(args[0], None, "os.chdir")
+            return
         if event == "os.kill":
             if type(args[0]) is not int or args[0] != getpid():
                 deny("os.kill of another process is not allowed")
+            return
+        if event == "fcntl.fcntl":
+            if args[1] in fcntl_denied:
+                deny("fcntl.fcntl command %d is not allowed" % args[1])
+            if args[1] in fcntl_locks:
+                check_write(args[0], None, "locking")
+            return
+        if event == "fcntl.flock" or event == "fcntl.lockf":
+            check_write(args[0], None, "locking")
             return
         if event.startswith("ctypes."):
             deny(event + " is not allowed")
 
     sys.addaudithook(_hook)
-    del _hook, _deny, _text, _fd_target, _absolute, _check_write
+    del _hook, _deny, _text, _fd_target, _resolve, _absolute, _check_write
 
     # The CPU soft limit becomes a catchable error with partial output; the
     # hard limit (one second later) still kills code that ignores or swallows it.
@@ -266,58 +414,45 @@ def _sandbox_bootstrap(argv):
 
     threading.Thread(target=watchdog, daemon=True, name="sandbox-watchdog").start()
 
-    # Classification below must survive user code that rebinds builtins.
-    def chain(exc, len=len, any=any):
-        seen = []
-        while exc is not None and len(seen) < 100 and not any(exc is s for s in seen):
-            seen.append(exc)
-            yield exc
-            exc = exc.__cause__ if exc.__cause__ is not None else exc.__context__
-
-    def describe(exc, type=type, BaseException=BaseException):
-        try:
-            return "%s: %s" % (type(exc).__name__, exc)
-        except BaseException:
-            return "%s: <unprintable>" % type(exc).__name__
-
-    def classify(exc, chain=chain, isinstance=isinstance, str=str, MemoryError=MemoryError,
-                 PermissionError=PermissionError):
-        for link in chain(exc):
-            if isinstance(link, MemoryError):
-                return "memory"
-            if isinstance(link, PermissionError) and link.args and str(link.args[0]).startswith("[sandbox]"):
-                return "forbidden"
-        return "exception"
-
     _isinstance, _int, _TimeoutError, _type, _BaseException = isinstance, int, TimeoutError, type, BaseException
     _compile, _exec, _print_exception = compile, exec, traceback.print_exception
+    _int_and, _update = int.__and__, dict.update
+    # User code may rebind builtins (isinstance, str, ...); the traceback module
+    # and the rest of the error path look them up there, so they are put back
+    # before any of it runs.
+    _builtins, _pristine_builtins = builtins.__dict__, dict(builtins.__dict__)
 
     sys.argv = [""]
     try:
         _exec(_compile(source, "<string>", "exec"), {"__name__": "__main__"})
     except SystemExit as exc:
+        _update(_builtins, _pristine_builtins)
         code = exc.code
         if code is None or code == 0:
             report(None, None, 0)
         if _isinstance(code, _int):
-            report("exit", "SystemExit: %d" % code, code & 0xFF or 1)
+            report("exit", "SystemExit: %d" % code, _int_and(code, 0xFF) or 1)
         try:
             _err.write("%s\n" % (code,))
         except _BaseException:
             pass
         report("exit", describe(exc), 1)
     except _BaseException as exc:
+        _update(_builtins, _pristine_builtins)
+        # Outcome first: printing the traceback runs user code (__str__, ...).
+        if cpu_hit and _isinstance(exc, _TimeoutError):
+            kind, error = "timeout", "TimeoutError: CPU time limit of %ds exceeded" % cpu_s
+        else:
+            try:
+                kind = classify(exc)
+            except _BaseException:
+                kind = "exception"
+            error = describe(exc)
         try:
             _print_exception(_type(exc), exc, exc.__traceback__.tb_next, file=_err)
         except _BaseException:
             pass
-        if cpu_hit and _isinstance(exc, _TimeoutError):
-            report("timeout", "TimeoutError: CPU time limit of %ds exceeded" % cpu_s, 1)
-        try:
-            kind = classify(exc)
-        except _BaseException:
-            kind = "exception"
-        report(kind, describe(exc), 1)
+        report(kind, error, 1)
     report(None, None, 0)
 
 

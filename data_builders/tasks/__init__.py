@@ -13,16 +13,48 @@ from typing import Sequence
 
 from omegaconf import OmegaConf
 
-from .builtin import generate_builtin
+from ..environments import ENVIRONMENTS
+from .builtin import BUILTIN_ENVS, generate_builtin
+from .generators import MULTIHOP_GENERATORS
 from .gsm8k import load_gsm8k
 from .schema import DIFFICULTIES, ENV_CATEGORY, EnvSpec, Task, TaskFormatError
 from .when2tool import HUB_ID, load_when2tool
 
 __all__ = ["Task", "EnvSpec", "TaskFormatError", "ENV_CATEGORY", "load_tasks", "interleave", "stratified_sample",
-           "tasks_from_config",
+           "tasks_from_config", "check_selection", "SOURCE_ENVS",
            "TASK_SOURCES"]
 
 TASK_SOURCES = ("builtin", "when2tool", "gsm8k")
+# The environments each source can yield: an ``envs`` filter naming any other selects nothing, silently.
+SOURCE_ENVS = {"builtin": tuple(sorted(set(BUILTIN_ENVS) | set(MULTIHOP_GENERATORS))),
+               "when2tool": tuple(ENVIRONMENTS), "gsm8k": ("CalculatorEnv",)}
+
+
+def _positive_int(name: str, value) -> None:
+    # bool is an int subclass: limit=true must not mean limit=1
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ValueError(f"{name} must be null (all) or a positive integer, got {value!r}")
+
+
+def check_selection(source: str, *, limit=None, per_cell=None, envs=None, difficulties=None) -> None:
+    """Refuse a selection that would silently pick the wrong tasks (``limit=0`` meaning all, ``limit=-3``
+    dropping three, ``per_cell=-1`` one per cell, a misspelt environment or difficulty matching nothing), before
+    any task is read or any model loads. Messages list the valid values."""
+    if source not in TASK_SOURCES:
+        raise ValueError(f"unknown task source {source!r}; known: {TASK_SOURCES}")
+    _positive_int("limit", limit)
+    _positive_int("tasks.per_cell", per_cell)
+    for name, values, valid in (("tasks.envs", envs, SOURCE_ENVS[source]),
+                                ("tasks.difficulties", difficulties, DIFFICULTIES)):
+        if values is None:
+            continue
+        if isinstance(values, str) or not all(isinstance(v, str) for v in values):
+            raise ValueError(f"{name} must be null (all) or a list of names, got {values!r}; valid: {list(valid)}")
+        if not values:
+            raise ValueError(f"{name} is an empty list, which selects no task; use null for all of {list(valid)}")
+        unknown = [v for v in values if v not in valid]
+        if unknown:
+            raise ValueError(f"{name}: {unknown} not valid for the {source} task source; valid: {list(valid)}")
 
 
 def interleave(tasks: Sequence[Task]) -> list[Task]:
@@ -62,7 +94,9 @@ def load_tasks(source: str = "builtin", *, split: str = "test", limit: int | Non
     (a kind from ``distractors.DISTRACTOR_KINDS``, or None) and ``distractor_seed``.
     ``per_cell=k`` keeps a stratified subsample: k tasks drawn (seeded by ``sample_seed``) from every
     (environment, difficulty, hops) cell, for runs too expensive for the whole split.
+    Bad filters (:func:`check_selection`) and a selection of no task at all are errors.
     """
+    check_selection(source, limit=limit, per_cell=per_cell, envs=envs, difficulties=difficulties)
     if distractor is not None and source != "gsm8k":
         raise ValueError(f"distractor= applies to the gsm8k task source only, not {source!r}")
     if source == "builtin":
@@ -82,6 +116,13 @@ def load_tasks(source: str = "builtin", *, split: str = "test", limit: int | Non
         tasks = [t for t in tasks if t.difficulty in set(difficulties)]
     if per_cell is not None:
         tasks = stratified_sample(tasks, per_cell, sample_seed)
+    if not tasks:
+        # Every consumer fails later and less clearly on nothing (nan accuracy, a build with no points).
+        given = {"split": split, "path": path, "hops": hops, "envs": envs, "difficulties": difficulties,
+                 "per_cell": per_cell, "n_per_cell": n_per_cell if source == "builtin" else None}
+        raise ValueError(f"the {source} task source selected no task with "
+                         + ", ".join(f"{k}={list(v) if isinstance(v, (list, tuple)) else v!r}"
+                                     for k, v in given.items() if v is not None))
     tasks = interleave(tasks)
     return tasks[:limit] if limit else tasks
 

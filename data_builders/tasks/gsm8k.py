@@ -98,9 +98,16 @@ def load_gsm8k(path: str | Path, split: str = "train", *, distractor: str | None
                                 "../shared/data/gsm8k/train.jsonl)")
     source = str(path)
     tasks = []
-    with path.open(encoding="utf-8") as fh:
-        for index, raw in enumerate(fh):
+    # Bytes, decoded per line, so that a non-UTF-8 byte is reported with its line (text mode would only say
+    # which byte of some read-ahead buffer failed).
+    with path.open("rb") as fh:
+        for index, data in enumerate(fh):
             line = index + 1
+            try:
+                raw = data.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise TaskFormatError(source, line, "<encoding>", f"not valid UTF-8 (byte {data[exc.start]:#04x} "
+                                      f"at column {exc.start + 1}); GSM8K files are UTF-8 JSON lines") from exc
             if not raw.strip():
                 continue
             try:

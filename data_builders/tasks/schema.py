@@ -10,6 +10,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..environments import ENVIRONMENTS
+
 DIFFICULTIES = ("easy", "medium", "hard")
 SPLITS = ("train", "test")
 
@@ -103,6 +105,10 @@ class Task:
                 raise TaskFormatError(source, where, f, "expected an object")
             if not isinstance(e.get("name"), str):
                 raise TaskFormatError(source, where, f + ".name", "missing or not a string")
+            # Checked here, not when the episode starts: a run must not die mid-way and lose finished episodes.
+            if e["name"] not in ENVIRONMENTS:
+                raise TaskFormatError(source, where, f + ".name",
+                                      f"unknown environment {e['name']!r}; known: {', '.join(ENVIRONMENTS)}")
             tools = e.get("tools")
             if not isinstance(tools, list) or not all(isinstance(t, str) for t in tools):
                 raise TaskFormatError(source, where, f + ".tools", "expected a list of tool names")
@@ -134,6 +140,17 @@ class Task:
             expected={**expected, "answer": str(expected["answer"])}, difficulty=difficulty,
             multi_step=multi_step, tags=tuple(tags), category=category, split=sp,
         )
+
+
+def unique_ids(tasks: list[Task], source: str) -> list[Task]:
+    """``tasks`` (one file's) unchanged, or a TaskFormatError naming the first repeated id: trajectory caches,
+    probe scores and decision points are keyed by task id, so a repeat would silently stand for two tasks."""
+    seen: set = set()
+    for t in tasks:
+        if t.id in seen:
+            raise TaskFormatError(source, t.id, "id", "duplicate id (task ids must be unique within a file)")
+        seen.add(t.id)
+    return tasks
 
 
 def digest(obj: Any, n: int = 12) -> str:

@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from .schema import SPLITS, Task, TaskFormatError
+from .schema import SPLITS, Task, TaskFormatError, unique_ids
 
 HUB_ID = "cesun/When2Tool"
 HOPS = ("single", "multi", "both")
@@ -40,7 +40,8 @@ def read_task_file(path: str | Path, split: str) -> list[Task]:
         raise TaskFormatError(str(path), "<file>", "<json>", f"not valid JSON: {exc}") from exc
     if not isinstance(records, list):
         raise TaskFormatError(str(path), "<file>", "<top level>", f"expected a JSON array, got {type(records).__name__}")
-    return [Task.from_dict(rec, source=str(path), index=i, split=split) for i, rec in enumerate(records)]
+    return unique_ids([Task.from_dict(rec, source=str(path), index=i, split=split) for i, rec in enumerate(records)],
+                      str(path))
 
 
 def load_from_dir(path: str | Path, split: str, hops: str = "both") -> list[Task]:
@@ -95,8 +96,8 @@ def record_from_row(row: Mapping[str, Any], *, source: str, index: int) -> dict[
 
 
 def tasks_from_rows(rows: Iterable[Mapping[str, Any]], *, source: str, split: str) -> list[Task]:
-    return [Task.from_dict(record_from_row(r, source=source, index=i), source=source, index=i, split=split)
-            for i, r in enumerate(rows)]
+    return unique_ids([Task.from_dict(record_from_row(r, source=source, index=i), source=source, index=i, split=split)
+                       for i, r in enumerate(rows)], source)
 
 
 def load_from_hub(split: str, hops: str = "both", hub_id: str = HUB_ID, revision: str | None = None) -> list[Task]:

@@ -2,10 +2,14 @@
 from __future__ import annotations
 
 import json
+import re
+import time
 from pathlib import Path
 
 import pytest
 import torch
+from huggingface_hub import constants
+from safetensors.torch import load_file, save_file
 
 import controllers
 from controllers import ContractMismatch, ControllerLoadError, GStepMLP, LinearProbe, ToolGateLogistic, make_contract
@@ -108,3 +112,110 @@ def test_controllers_import_neither_data_builders_nor_trainers_and_nothing_loads
         if "import pickle" in t or "joblib" in t or ("torch.load(" in t and "weights_only=True" not in t):
             offenders.append(str(f))
     assert offenders == []
+
+
+# ---------------------------------------------------------------------------- settings and weights are validated
+@pytest.mark.parametrize("field,value,message", [
+    ("temperature", 0.0, r"temperature must be a finite number > 0, got 0.0"),
+    ("temperature", -1.0, r"temperature must be a finite number > 0, got -1.0"),
+    ("temperature", float("nan"), r"temperature must be a finite number > 0, got nan"),
+    ("temperature", float("inf"), r"temperature must be a finite number > 0, got inf"),
+    ("tau", -0.1, r"tau must be a probability threshold in \[0, 1\], got -0.1"),
+    ("tau", 1.5, r"tau must be a probability threshold in \[0, 1\], got 1.5"),
+    ("tau", float("nan"), r"tau must be a probability threshold in \[0, 1\], got nan"),
+    ("tau", "0.5", r"tau must be a number, got '0.5'"),
+])
+def test_construction_and_assignment_refuse_settings_that_break_every_decision(field, value, message):
+    contract = make_contract({"name": "gstep", "version": 1}, "m@1", [7])
+    with pytest.raises(ValueError, match=message):
+        GStepMLP(contract=contract, **{field: value})
+    c = GStepMLP(contract=contract, tau=0.0, temperature=1e-3)      # the bounds themselves are fine
+    with pytest.raises(ValueError, match=message):                   # calibration assigns after construction
+        setattr(c, field, value)
+    assert (c.tau, c.temperature) == (0.0, 1e-3)
+
+
+def test_construction_refuses_a_contract_of_the_wrong_shape():
+    with pytest.raises(ValueError, match=r"contract.input_shape must be a list of 2 positive integers, got \[12\]"):
+        LinearProbe(contract=make_contract(PROBE_FEAT, "m@1", [12]))
+    with pytest.raises(ValueError, match=r"contract.backend must be a string, got None"):
+        ToolGateLogistic(contract={"featurizer": PROBE_FEAT, "backend": None, "input_shape": [3]})
+
+
+def _saved(tmp_path, name="ck"):
+    c, _ = probe()
+    c.save_pretrained(tmp_path / name)
+    return tmp_path / name
+
+
+def _edit_config(ck: Path, **fields) -> Path:
+    cfg_file = ck / "config.json"
+    cfg = json.loads(cfg_file.read_text())
+    cfg.update(fields)
+    cfg_file.write_text(json.dumps(cfg))     # json writes NaN/Infinity, and reads them back as floats
+    return cfg_file
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("temperature", 0, "temperature must be a finite number > 0, got 0"),
+    ("temperature", -2.0, "temperature must be a finite number > 0, got -2.0"),
+    ("temperature", float("inf"), "temperature must be a finite number > 0, got inf"),
+    ("tau", 1.2, r"tau must be a probability threshold in \[0, 1\], got 1.2"),
+    ("tau", float("nan"), r"tau must be a probability threshold in \[0, 1\], got nan"),
+    ("tau", None, "tau must be a number, got None"),
+    ("contract", {"featurizer": PROBE_FEAT, "backend": "m@1"},
+     r"contract.input_shape must be a list of 2 positive integers, got None"),
+])
+def test_load_refuses_bad_settings_naming_the_file_and_field(tmp_path, field, value, message):
+    cfg_file = _edit_config(_saved(tmp_path), **{field: value})
+    with pytest.raises(ControllerLoadError, match=rf"^{re.escape(str(cfg_file))}: field '{field}': {message}$"):
+        controllers.load(cfg_file.parent)
+
+
+@pytest.mark.parametrize("tensor,value,message", [
+    ("linear.weight", float("nan"), r"tensor 'linear.weight' has 1 non-finite value\(s\) \(NaN/inf\) of 12"),
+    ("linear.bias", float("-inf"), r"tensor 'linear.bias' has 1 non-finite value\(s\)"),
+    ("norm.mean", float("inf"), r"tensor 'norm.mean' has 1 non-finite value\(s\)"),
+    ("norm.std", 0.0, r"tensor 'norm.std' has a standardisation scale <= 0"),
+])
+def test_load_refuses_weights_that_would_decide_every_point_alike(tmp_path, tensor, value, message):
+    ck = _saved(tmp_path)
+    weights = ck / "model.safetensors"
+    tensors = load_file(weights)
+    tensors[tensor].view(-1)[0] = value
+    save_file(tensors, weights)
+    with pytest.raises(ControllerLoadError, match=rf"^{re.escape(str(weights))}: {message}"):
+        controllers.load(ck)
+
+
+@pytest.mark.parametrize("text,message", [
+    ("[1, 2]", r"expected a JSON object of the controller's settings \(controller, contract, tau, temperature, "
+               r"\.\.\.\), got a list"),
+    ("not json", r"not valid JSON"),
+    ('"linear_probe"', r"expected a JSON object .* got a str"),
+])
+def test_a_config_that_is_not_an_object_is_named(tmp_path, text, message):
+    ck = _saved(tmp_path)
+    (ck / "config.json").write_text(text)
+    with pytest.raises(ControllerLoadError, match=rf"^{re.escape(str(ck / 'config.json'))}: {message}"):
+        controllers.load(ck)
+
+
+def test_missing_paths_say_so_and_a_missing_hub_id_names_both_places(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)   # never reach for the network, whatever the env says
+    for missing in ("./ck/nope", str(tmp_path / "abs" / "missing"), "~/no-such-toolwise-ck", "a/b/c"):
+        with pytest.raises(ControllerLoadError, match=r"not a controller directory \(/.* does not exist\)"):
+            controllers.load(missing)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ControllerLoadError, match=r"a file, not a controller directory"):
+        controllers.load("file")
+    start = time.perf_counter()
+    with pytest.raises(ControllerLoadError) as err:   # "ck/nope" is a relative path and a hub id alike
+        controllers.load("ck/nope")
+    assert time.perf_counter() - start < 10
+    msg = str(err.value)
+    assert msg.startswith("ck/nope: neither a local directory nor a cached hub id exists: ")
+    assert f"no directory {tmp_path / 'ck' / 'nope'}" in msg
+    assert f"no snapshot of hub id 'ck/nope' in {constants.HF_HUB_CACHE} (HF_HUB_OFFLINE is set)" in msg
+    assert isinstance(controllers.load(_saved(tmp_path).relative_to(tmp_path)), LinearProbe)   # relative dir loads

@@ -92,3 +92,12 @@ def test_unknown_method_raises():
     with pytest.raises(ValueError, match="unknown tau method 'median'"):
         choose_tau(np.array([0.2, 0.8]), np.array([0, 1]), "median", 0.5)
     assert TAU_METHODS == ("fixed", "target_call_rate", "max_acc_loss")
+
+
+def test_tau_stays_a_probability_a_controller_accepts():
+    # saturated validation probabilities (p == 1.0 in float32): "never act" is capped at τ = 1, not just above it
+    probs, labels = np.array([0.2, 1.0, 1.0]), np.array([1, 1, 0])
+    for method, value in (("target_call_rate", 0.0), ("max_acc_loss", 1.0)):
+        assert choose_tau(probs, labels, method, value) == 1.0
+    with pytest.raises(ValueError, match=r"a fixed tau must be in \[0, 1\], got 1.5"):
+        choose_tau(probs, labels, "fixed", 1.5)

@@ -10,6 +10,7 @@ from omegaconf import OmegaConf
 import controllers
 from controllers import GStepMLP, LinearProbe, ToolGateLogistic, make_contract
 from data_builders.agent.loop import Agent, AgentConfig
+from data_builders.agent.trajectory import read_trajectories
 from data_builders.backends.base import PrefillState
 from data_builders.features import FEATURIZERS
 from data_builders.features.gstep import N_FEATURES
@@ -182,3 +183,72 @@ def test_deltas_and_curve_area():
     # flat accuracy 0.5 at any calls -> area 0.5; one point only -> undefined
     assert curve_area([(0.5, 0.5), (1.5, 0.5)], 2.0) == pytest.approx(0.5)
     assert curve_area([(1.0, 0.5)], 2.0) is None
+
+
+@pytest.fixture()
+def no_model(monkeypatch):
+    import data_builders.backends.loading as loading
+    import data_builders.tasks as tasks_mod
+
+    def fail(*a, **k):
+        raise AssertionError("the policy was loaded before the config was checked")
+    monkeypatch.setattr(loading, "backend_from_config", fail)
+    monkeypatch.setattr(tasks_mod, "tasks_from_config", lambda cfg, split=None: list(TASKS))
+
+
+def test_a_reference_that_is_not_an_arm_is_refused_before_the_policy_loads(tmp_path, checkpoints, no_model):
+    # it used to measure every Δ against the first arm, silently
+    with pytest.raises(ValueError) as err:
+        run(eval_cfg(tmp_path, checkpoints, reference="defualt"))
+    msg = str(err.value)
+    assert msg.startswith("reference='defualt' is not an arm of this run; arms: force, default, probe_soft@0.01")
+    assert "toolgate@<its calibrated τ>" in msg and "cascade" in msg and "prefill_" not in msg
+
+
+def test_a_misspelt_arm_mode_is_refused_before_the_policy_loads(tmp_path, checkpoints, no_model):
+    with pytest.raises(ValueError, match="unknown prompt mode 'sparce'"):
+        run(eval_cfg(tmp_path, checkpoints, arms={"modes": ["force", "default", "sparce"]}))
+
+
+def test_a_calibrated_reference_is_checked_once_the_controllers_load(tmp_path, checkpoints, scripted):
+    # toolgate's τ is "calibrated" (0.50 in its checkpoint): 0.42 passes the config check, not the arm check
+    with pytest.raises(ValueError, match=r"reference='toolgate@0\.42'.*toolgate@0\.50"):
+        run(eval_cfg(tmp_path, checkpoints, reference="toolgate@0.42"))
+    assert scripted.calls == []                                  # before any rollout
+    assert run(eval_cfg(tmp_path, checkpoints, reference="toolgate@0.50"))["reference"] == "toolgate@0.50"
+
+
+FORCE = "You must use a tool to solve this task."     # in force-mode prompts only (data_builders/agent/prompts.py)
+
+
+class CrashingBackend(PrefillAwareBackend):
+    """Crashes on the 9*9 task in any arm but ``force`` (whose prompts tell the model it must use a tool)."""
+
+    def generate(self, prompts, params=None, **kw):
+        if any("9*9" in p and FORCE not in p for p in prompts):
+            raise RuntimeError("engine crashed")
+        return super().generate(prompts, params, **kw)
+
+
+def test_a_failure_in_an_arm_keeps_earlier_arms_and_its_finished_episodes(tmp_path, monkeypatch):
+    import data_builders.backends.loading as loading
+    import data_builders.tasks as tasks_mod
+
+    monkeypatch.setattr(tasks_mod, "tasks_from_config", lambda cfg, split=None: list(TASKS))
+    monkeypatch.setattr(loading, "backend_from_config", lambda *a, **k: CrashingBackend(SCRIPTS))
+    # arms force, then default; one episode at a time, so 9*9 (the last task) starts after the others finished
+    cfg = compose("evaluate", ["logger=none", "tasks=builtin", f"cache_dir={tmp_path / 'cache'}",
+                               f"out_dir={tmp_path / 'out'}", "agent.max_rounds=3", "agent.max_in_flight=1",
+                               "pte.gamma=0.01", "arms.modes=[force,default]", "arms.probe=null",
+                               "arms.toolgate=null", "arms.g_step=null"])
+    with pytest.raises(RuntimeError, match="engine crashed"):
+        run(cfg)
+    cached = {arm: [t.task_id for t in read_trajectories(next((tmp_path / "cache").rglob(f"{arm}-*.jsonl")))]
+              for arm in ("force", "default")}
+    assert cached == {"force": [1, 2, 3, 4], "default": [1, 2, 3]}
+
+    healthy = PrefillAwareBackend(SCRIPTS)
+    monkeypatch.setattr(loading, "backend_from_config", lambda *a, **k: healthy)
+    again = run(cfg)
+    assert (again["cache"]["hits"], again["cache"]["misses"]) == (7, 1)     # only 9*9 in the default arm
+    assert all("9*9" in p for batch in healthy.calls for p in batch)

@@ -38,9 +38,17 @@ def fit_temperature(logits: torch.Tensor, labels: torch.Tensor, *, bounds: tuple
     return float(np.clip(log_t.exp().item(), *bounds))
 
 
+def _never(probs: np.ndarray) -> float:
+    """The "never act" threshold: just above every validation probability, capped at 1 since a controller's τ is
+    in [0, 1] (a probability of exactly 1.0 then still acts)."""
+    return min(float(np.nextafter(probs.max(), np.inf)), 1.0)
+
+
 def choose_tau(probs: np.ndarray, labels: np.ndarray, method: str, value: float) -> float:
     probs, labels = np.asarray(probs, float), np.asarray(labels, int)
     if method == "fixed":
+        if not 0.0 <= value <= 1.0:   # a decision is p >= τ: outside [0, 1] every decision is the same
+            raise ValueError(f"a fixed tau must be in [0, 1], got {value}")
         return float(value)
     if len(probs) == 0:
         raise ValueError(f"tau method {method!r} needs validation points; the val split is empty")
@@ -49,11 +57,11 @@ def choose_tau(probs: np.ndarray, labels: np.ndarray, method: str, value: float)
             raise ValueError(f"target_call_rate must be in [0, 1], got {value}")
         # positive action iff p >= τ: the (1 - rate) quantile leaves a share `rate` at or above it
         if value <= 0:
-            return float(np.nextafter(probs.max(), np.inf))
+            return _never(probs)
         return float(np.quantile(probs, 1.0 - value, method="higher"))
     if method == "max_acc_loss":
         # candidate thresholds: every distinct probability (and "never act"), from the highest down
-        cands = np.concatenate([[np.nextafter(probs.max(), np.inf)], np.sort(np.unique(probs))[::-1]])
+        cands = np.concatenate([[_never(probs)], np.sort(np.unique(probs))[::-1]])
         n = len(probs)
         for tau in cands:
             missed = np.sum((probs < tau) & (labels == 1)) / n

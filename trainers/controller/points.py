@@ -16,7 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 import data_builders.build
 from data_builders.features import FEATURIZERS
-from data_builders.points.store import PointSet, load_points
+from data_builders.points.store import PointSet, load_points, read_manifest
 from recipes import compose
 
 
@@ -42,7 +42,7 @@ def decision_points(cfg: DictConfig, command: str = "python -m trainers.fit") ->
     kind = cfg.recipe.points.kind
     build = build_config(cfg)
     manifest = Path(build.out_dir) / "manifest.json"
-    complete = manifest.is_file() and json.loads(manifest.read_text()).get("complete")
+    complete = manifest.is_file() and read_manifest(manifest).get("complete")   # names a damaged file
     if cfg.recipe.points.get("dir") and not complete:
         raise FileNotFoundError(f"points.dir={build.out_dir}: no complete decision-point dataset there "
                                 f"(build it with python -m data_builders.build kind={kind} out_dir=...)")

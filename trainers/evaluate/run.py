@@ -179,11 +179,35 @@ def run_arm(arm: Arm, backend, tasks, cache: TrajectoryCache, agent_kw: dict) ->
         agent = Agent(backend, AgentConfig(mode=arm.mode, reasoning=arm.reasoning, **{**agent_kw, **arm.agent}),
                       arm.hooks() if arm.hooks else None)
         start = time.perf_counter()
+        finished: list[Trajectory] = []
+
+        def done(traj: Trajectory) -> None:
+            finished.append(traj)
+            bar.update(1)
         with tqdm(total=len(todo), desc=f"arm {arm.name}", unit="task", leave=False) as bar:
-            trajs = agent.run(todo, on_done=lambda _: bar.update(1))
+            try:
+                trajs = agent.run(todo, on_done=done)
+            except BaseException:
+                # The episodes that finished before the failure go into the cache, so a rerun computes only the rest.
+                cache.store(spec, have, _match_tasks(todo, finished))
+                raise
         seconds = time.perf_counter() - start
         cache.store(spec, have, list(zip(todo, trajs)))
     return [have[task_key(t)] for t in tasks], seconds, len(todo)
+
+
+def _match_tasks(tasks, trajs: list[Trajectory]) -> list[tuple[Any, Trajectory]]:
+    """(task, trajectory) pairs for trajectories reported in completion order: a trajectory names its task by id,
+    environment and gold answer; one that matches no task, or several, is left out (it is recomputed)."""
+    by_key: dict[tuple, list] = {}
+    for t in tasks:
+        by_key.setdefault((t.id, t.env.name, t.answer), []).append(t)
+    pairs = []
+    for tr in trajs:
+        match = by_key.get((tr.task_id, tr.env, tr.gold), [])
+        if len(match) == 1:
+            pairs.append((match[0], tr))
+    return pairs
 
 
 def probe_probabilities(probe, backend, tasks, agent_kw: dict, cache_root: Path, probe_hash: str) -> list[float]:
@@ -303,16 +327,51 @@ def save_results(results: dict, out_dir: Path, write_report: Callable[[dict, Pat
     return write_report(results, out_dir)
 
 
-def run(cfg: DictConfig) -> dict:
+def planned_arm_names(cfg: DictConfig) -> tuple[list[str], list[str]]:
+    """The names of the arms ``cfg`` runs that the config alone fixes, and the families whose arm names depend on a
+    checkpoint's calibrated τ (known once the controller loads). Prefill arms are inputs of the probe arms, not
+    arms of the report."""
+    a = cfg.arms
+    names = [mode + ("+rta" if reasoning else "") for reasoning in a.reasoning for mode in a.modes]
+    calibrated = []
+    families = ([(f"probe_{style}", a.probe.taus) for style in a.probe.styles] if a.get("probe") else []) + \
+        [(key, a[key].taus) for key in ("toolgate", "g_step") if a.get(key)]
+    for family, taus in families:
+        names += [f"{family}@{float(t):.2f}" for t in taus if t != CALIBRATED]
+        if CALIBRATED in list(taus):
+            calibrated.append(family)
+    if a.get("cascade") and all(a.get(k) for k in ("probe", "toolgate", "g_step")):
+        names.append("cascade")
+    names += [p["name"] for p in a.get("policies") or []]
+    return names, calibrated
 
-    
+
+def check_config(cfg: DictConfig) -> None:
+    """What can be checked before the policy loads: each arm's agent settings (a misspelt prompt mode) and that
+    ``reference`` is an arm of this run (Δs against an arm that is not run would silently use another)."""
+    agent_kw = OmegaConf.to_container(cfg.agent, resolve=True)
+    for mode in cfg.arms.modes:
+        AgentConfig(**{**agent_kw, "mode": mode})
+    names, calibrated = planned_arm_names(cfg)
+    family, at, _ = cfg.reference.partition("@")
+    if cfg.reference in names or (at and family in calibrated):
+        return
+    listed = names + [f"{f}@<its calibrated τ>" for f in calibrated]
+    raise ValueError(f"reference={cfg.reference!r} is not an arm of this run; arms: {', '.join(listed)}")
+
+
+def run(cfg: DictConfig) -> dict:
     out_dir = Path(cfg.out_dir)
+    check_config(cfg)
     tasks = task_sources.tasks_from_config(cfg)
     ctx = PolicyRun.from_config(cfg)
     backend, agent_kw, pte_cfg, gamma, decoding, cache = (ctx.backend, ctx.agent_kw, ctx.pte_cfg, ctx.gamma,
                                                           ctx.decoding, ctx.cache)
     call_format = Agent(backend, AgentConfig(**agent_kw)).call_format
     arms, loaded = build_arms(cfg, backend.fingerprint, call_format)
+    reported = [a.name for a in arms if not a.name.startswith("prefill_")]
+    if cfg.reference not in reported:    # a calibrated τ's arm name is known only now; before any rollout
+        raise ValueError(f"reference={cfg.reference!r} is not an arm of this run; arms: {', '.join(reported)}")
     backends = {"policy": backend}
 
     start = time.perf_counter()
@@ -341,7 +400,7 @@ def run(cfg: DictConfig) -> dict:
                for name, t in by_arm.items() if not name.startswith("prefill_")}
     for name in metrics:
         metrics[name]["patterns"] = count_patterns(by_arm[name])
-    reference = cfg.reference if cfg.reference in metrics else next(iter(metrics))
+    reference = cfg.reference
     x_max = max(m["all"]["tool_calls_per_task"] for m in metrics.values()) if metrics else 0.0
     families = {}
     for arm in arms:

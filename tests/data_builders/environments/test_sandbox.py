@@ -3,12 +3,20 @@
 Every attack case checks three things: the reported outcome (error_kind and
 error payload), that it finished within its limit plus slack, and that nothing
 outside the sandbox changed: a canary directory the code aims at is snapshotted
-before and after, and a unique /tmp path the code tries to create must not
-exist afterwards.
+before and after (contents, modes, times and inode flags such as immutable), a
+unique /tmp path the code tries to create must not exist afterwards, and the
+test process's CPU affinity is unchanged. ``{harness}`` in a case is the test
+process's PID, standing for the harness.
+
+Every test runs twice: with the namespace layer (used as root where
+``unshare`` works) and without it (``namespaces=False``, what a normal user
+gets), so the other layers are shown to hold on their own.
 """
 
 from __future__ import annotations
 
+import array
+import fcntl
 import hashlib
 import os
 import re
@@ -37,6 +45,24 @@ class Case:
     limits: SandboxLimits = LIMITS
 
 
+# linux/fs.h: _IOR/_IOW('f', 1/2, long); the kernel reads and writes an int.
+FS_IOC_GETFLAGS, FS_IOC_SETFLAGS = 0x80086601, 0x40086602
+FS_IMMUTABLE_FL, FS_APPEND_FL = 0x10, 0x20
+
+
+def _inode_flags(path: str) -> int | None:
+    """The file's inode flags (``lsattr``), or None where the filesystem has none."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        buf = array.array("i", [0])
+        fcntl.ioctl(fd, FS_IOC_GETFLAGS, buf)
+        return buf[0]
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
 def _snapshot(directory: str) -> dict[str, tuple]:
     state = {}
     for dirpath, dirnames, filenames in os.walk(directory):
@@ -47,10 +73,30 @@ def _snapshot(directory: str) -> dict[str, tuple]:
             if os.path.isfile(path) and not os.path.islink(path):
                 with open(path, "rb") as f:
                     digest = hashlib.sha256(f.read()).hexdigest()
-            state[os.path.relpath(path, directory)] = (st.st_mode, st.st_size, st.st_mtime_ns, digest)
+            state[os.path.relpath(path, directory)] = (st.st_mode, st.st_size, st.st_mtime_ns, digest,
+                                                       _inode_flags(path))
     st = os.stat(directory)
-    state["."] = (st.st_mode, st.st_mtime_ns)
+    state["."] = (st.st_mode, st.st_mtime_ns, _inode_flags(directory))
     return state
+
+
+def _clear_inode_flags(directory: str) -> None:
+    # A failing case may leave an immutable file that pytest could not delete.
+    for dirpath, dirnames, filenames in os.walk(directory):
+        for name in [".", *dirnames, *filenames]:
+            path = os.path.join(dirpath, name)
+            flags = _inode_flags(path)
+            if flags is not None and flags & (FS_IMMUTABLE_FL | FS_APPEND_FL):
+                fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+                try:
+                    fcntl.ioctl(fd, FS_IOC_SETFLAGS, array.array("i", [flags & ~(FS_IMMUTABLE_FL | FS_APPEND_FL)]))
+                finally:
+                    os.close(fd)
+
+
+@pytest.fixture(params=[True, False], ids=["namespaces", "no_namespaces"])
+def namespaces(request):
+    return request.param
 
 
 @pytest.fixture
@@ -60,7 +106,16 @@ def canary(tmp_path):
     (directory / "keep.txt").write_text("precious\n")
     (directory / "sub").mkdir()
     (directory / "sub" / "inner.txt").write_text("inner\n")
-    return str(directory)
+    yield str(directory)
+    _clear_inode_flags(str(directory))
+
+
+@pytest.fixture
+def affinity():
+    """The test process's CPU set, restored afterwards should a case have changed it."""
+    before = os.sched_getaffinity(0)
+    yield before
+    os.sched_setaffinity(0, before)
 
 
 @pytest.fixture
@@ -71,10 +126,10 @@ def stray():
         os.remove(path)
 
 
-def _run_attack(case: Case, canary: str, stray: str) -> SandboxResult:
-    code = case.code.replace("{canary}", canary).replace("{stray}", stray)
+def _run_attack(case: Case, canary: str, stray: str, affinity: set[int], namespaces: bool) -> SandboxResult:
+    code = case.code.replace("{canary}", canary).replace("{stray}", stray).replace("{harness}", str(os.getpid()))
     before = _snapshot(canary)
-    result = run_python(code, case.limits)
+    result = run_python(code, case.limits, namespaces=namespaces)
     assert result.wall_s <= case.limits.wall_s + SLACK_S, result
     assert result.error_kind == case.kind, result
     if case.error is not None:
@@ -84,6 +139,7 @@ def _run_attack(case: Case, canary: str, stray: str) -> SandboxResult:
     assert result.timed_out == (case.kind == "timeout")
     assert _snapshot(canary) == before, "a file outside the sandbox changed"
     assert not os.path.lexists(stray), "a stray file appeared in /tmp"
+    assert os.sched_getaffinity(0) == affinity, "the harness's CPU affinity changed"
     return result
 
 
@@ -124,7 +180,23 @@ ATTACKS = [
          stdout="partial\n"),
     Case("write_relative_parent", "open('../x', 'w')", "forbidden", FORBIDDEN + "writing outside"),
     Case("write_after_chdir", "import os\nos.chdir('{canary}')\nopen('rel.txt', 'w')", "forbidden",
-         FORBIDDEN + "writing outside"),
+         FORBIDDEN + "os.chdir outside"),
+    # A thread moves the working directory out and back while the main thread
+    # writes relative names: a check against the old directory would let a
+    # write land outside.
+    Case("chdir_race_write",
+         "import os, threading\nhome = os.getcwd()\n"
+         "def flip():\n    while True:\n        try:\n            os.chdir('{canary}')\n"
+         "        except PermissionError:\n            pass\n        os.chdir(home)\n"
+         "threading.Thread(target=flip, daemon=True).start()\n"
+         "import time\nend = time.monotonic() + 1.5\ni = 0\nwhile time.monotonic() < end:\n    i += 1\n"
+         "    try:\n        open('race%d.txt' % (i % 5), 'w').close()\n    except PermissionError:\n        pass\n"
+         "print('done')",
+         None, stdout="done\n", limits=replace(LIMITS, wall_s=4.0, cpu_s=3.0)),
+    # Directories inside the sandbox can be moved by another thread between a
+    # check and the system call, so '..' from them is refused outright.
+    Case("dotdot_inside_sandbox", "import os\nos.mkdir('a')\nos.chdir('a')\nprint(open('../../code.py').read())",
+         "forbidden", FORBIDDEN + "reading through '..' inside the sandbox", stdout=""),
     Case("builtins_open_write", "__import__('builtins').open('{canary}/b.txt', 'wb')", "forbidden",
          FORBIDDEN + "writing outside"),
     Case("io_open_write", "import io\nio.FileIO('{canary}/f.txt', 'w')", "forbidden", FORBIDDEN + "writing outside"),
@@ -142,7 +214,8 @@ ATTACKS = [
          "import os\nfd = os.open('{canary}', os.O_RDONLY)\nos.open('evil.txt', os.O_WRONLY | os.O_CREAT, dir_fd=fd)",
          "forbidden", FORBIDDEN + "opening a directory outside"),
     Case("proc_self_cwd", "import os\nos.chdir('{canary}')\nopen('/proc/self/cwd/x.txt', 'w')", "forbidden",
-         FORBIDDEN + "writing outside"),
+         FORBIDDEN + "os.chdir outside"),
+    Case("proc_self_cwd_dotdot", "open('/proc/self/cwd/../x.txt', 'w')", "forbidden", FORBIDDEN + "writing outside"),
     Case("os_remove", "import os\nos.remove('{canary}/keep.txt')", "forbidden", FORBIDDEN + "os.remove outside"),
     Case("os_rename_in", "import os\nos.rename('{canary}/keep.txt', 'stolen.txt')", "forbidden",
          FORBIDDEN + "os.rename outside"),
@@ -216,8 +289,58 @@ ATTACKS = [
          "check = f['deny']\n"
          "check.__defaults__ = tuple(None for _ in check.__defaults__)",
          "forbidden", FORBIDDEN + "replacing the sandbox's __defaults__"),
+    Case("patch_report_defaults_via_frame",
+         "import sys\nsys._getframe(1).f_locals['report'].__defaults__ = (None,) * 3", "forbidden",
+         FORBIDDEN + "replacing the sandbox's __defaults__"),
+    Case("rebind_isinstance_then_write",
+         "import builtins\nbuiltins.isinstance = None\nopen('{canary}/x.txt', 'w')",
+         "forbidden", FORBIDDEN + "writing outside"),
+    Case("rebind_permissionerror_then_nice",
+         "import builtins, os\nbuiltins.PermissionError = ValueError\nos.nice(1)", "forbidden", FORBIDDEN + "os.nice"),
     Case("chroot", "import os\nos.chroot('.')", "forbidden", FORBIDDEN + "os.chroot"),
     Case("renice", "import os\nos.nice(-20)", "forbidden", FORBIDDEN + "os.nice"),
+    # --- other processes and the harness's secrets ----------------------------
+    Case("sched_setaffinity_harness", "import os\nos.sched_setaffinity({harness}, {0})", "forbidden",
+         FORBIDDEN + "os.sched_setaffinity"),
+    Case("sched_setaffinity_everything", "import os\nfor pid in range(1, 4096):\n"
+         "    try:\n        os.sched_setaffinity(pid, {0})\n    except ProcessLookupError:\n        pass",
+         "forbidden", FORBIDDEN + "os.sched_setaffinity"),
+    Case("setpriority_harness", "import os\nos.setpriority(os.PRIO_PROCESS, {harness}, 19)", "forbidden",
+         FORBIDDEN + "os.setpriority"),
+    Case("sched_setscheduler_harness", "import os\nos.sched_setscheduler({harness}, os.SCHED_IDLE, os.sched_param(0))",
+         "forbidden", FORBIDDEN + "os.sched_setscheduler"),
+    Case("fcntl_setown_harness", "import fcntl, os\nr, w = os.pipe()\nfcntl.fcntl(r, fcntl.F_SETOWN, {harness})",
+         "forbidden", FORBIDDEN + "fcntl.fcntl command"),
+    Case("proc_environ", "print(open('/proc/{harness}/environ', 'rb').read())", "forbidden",
+         FORBIDDEN + "reading another process's /proc", stdout=""),
+    Case("proc_environ_via_root_link", "print(open('/proc/self/root/proc/{harness}/environ', 'rb').read())",
+         "forbidden", FORBIDDEN + "reading another process's /proc", stdout=""),
+    Case("proc_environ_via_dev_fd", "print(open('/dev/fd/../../{harness}/environ', 'rb').read())",
+         "forbidden", FORBIDDEN + "reading another process's /proc", stdout=""),
+    Case("proc_environ_after_chdir", "import os\nos.chdir('/proc')\nprint(open('{harness}/environ', 'rb').read())",
+         "forbidden", FORBIDDEN + "os.chdir outside", stdout=""),
+    Case("proc_environ_via_cwd_link", "print(open('/proc/self/cwd/../../../proc/{harness}/environ', 'rb').read())",
+         "forbidden", FORBIDDEN + "reading through '..' inside the sandbox", stdout=""),
+    Case("proc_cmdline_os_open", "import os\nprint(os.read(os.open('/proc/{harness}/cmdline', os.O_RDONLY), 4096))",
+         "forbidden", FORBIDDEN + "reading another process's /proc", stdout=""),
+    Case("proc_environ_os_open_dotdot",
+         "import os\nfd = os.open('.', os.O_RDONLY)\n"
+         "print(os.read(os.open('../' * 40 + 'proc/{harness}/environ', os.O_RDONLY, dir_fd=fd), 4096))",
+         "forbidden", FORBIDDEN + "os.open through a relative path with '..'", stdout=""),
+    Case("proc_environ_io_open_code", "import io\nprint(io.open_code('/proc/{harness}/environ').read())",
+         "forbidden", FORBIDDEN + "reading another process's /proc", stdout=""),
+    # --- inode flags and locks (no write check sees them) -----------------------
+    Case("chattr_immutable",
+         "import array, fcntl, os\nfd = os.open('{canary}/keep.txt', os.O_RDONLY)\n"
+         "fcntl.ioctl(fd, 0x40086602, array.array('i', [0x10]))", "forbidden", FORBIDDEN + "fcntl.ioctl"),
+    Case("chattr_append_only_via_file_object",
+         "import array, fcntl\n"
+         "with open('{canary}/sub/inner.txt', 'rb') as f:\n    fcntl.ioctl(f, 0x40086602, array.array('i', [0x20]))",
+         "forbidden", FORBIDDEN + "fcntl.ioctl"),
+    Case("flock_outside", "import fcntl\nf = open('{canary}/keep.txt')\nfcntl.flock(f, fcntl.LOCK_EX)",
+         "forbidden", FORBIDDEN + "locking outside"),
+    Case("lockf_outside", "import fcntl\nf = open('{canary}/keep.txt')\nfcntl.lockf(f, fcntl.LOCK_SH)",
+         "forbidden", FORBIDDEN + "locking outside"),
     # --- time ------------------------------------------------------------------
     Case("busy_loop", "print('spin')\nwhile True: pass", "timeout", r"^TimeoutError: CPU time", stdout="spin\n"),
     Case("sleep", "import time\nprint('start')\ntime.sleep(100)", "timeout", r"^TimeoutError: wall-clock",
@@ -264,40 +387,72 @@ ATTACKS = [
 
 
 @pytest.mark.parametrize("case", ATTACKS, ids=[c.id for c in ATTACKS])
-def test_attack(case, canary, stray):
-    _run_attack(case, canary, stray)
+def test_attack(case, canary, stray, affinity, namespaces):
+    _run_attack(case, canary, stray, affinity, namespaces)
 
 
 def test_attack_ids_are_unique():
     assert len({c.id for c in ATTACKS}) == len(ATTACKS)
 
 
-# The audit hook must hold on its own: replay representative attacks with the
-# namespace layer switched off.
-WITHOUT_NAMESPACES = ["os_fork", "subprocess_run", "write_absolute", "dir_fd_escape", "socket_connect",
-                      "kill_parent", "killpg", "setsid_escape", "busy_loop", "ignore_sigxcpu_busy_loop",
-                      "c_stack_overflow", "os_exit_7"]
+@pytest.mark.skipif(os.geteuid() != 0 or not sandbox._namespace_prefix(), reason="namespaces need root and unshare")
+def test_namespaces_switch():
+    # PID 1 of a fresh PID namespace with the layer, the host's PID space without it.
+    with_ns = run_python("import os\nprint(os.getpid())", LIMITS)
+    without = run_python("import os\nprint(os.getpid())", LIMITS, namespaces=False)
+    assert with_ns.stdout == "1\n", with_ns
+    assert without.error_kind is None and without.stdout != "1\n", without
 
 
-@pytest.mark.parametrize("case", [c for c in ATTACKS if c.id in WITHOUT_NAMESPACES], ids=WITHOUT_NAMESPACES)
-def test_attack_without_namespaces(case, canary, stray, monkeypatch):
-    monkeypatch.setattr(sandbox, "_namespace_prefix", lambda: [])
-    _run_attack(case, canary, stray)
+def test_harness_environment_stays_secret(namespaces):
+    # What the harness was started with is in its /proc/<pid>/environ (API keys live there).
+    with open("/proc/self/environ", "rb") as f:
+        secrets = [v for v in f.read().split(b"\0") if len(v) > 8]
+    code = (f"import os\nfor p in ('/proc/{os.getpid()}/environ', '/proc/{os.getppid()}/environ'):\n"
+            "    try:\n        print(open(p, 'rb').read())\n"
+            "    except OSError as e:\n        print(type(e).__name__)\n")
+    result = run_python(code, LIMITS, namespaces=namespaces)
+    assert result.error_kind is None, result
+    assert result.stdout == "PermissionError\nPermissionError\n", result
+    assert not any(v.decode("utf-8", "replace") in result.stdout for v in secrets)
 
 
-def test_normal_code_prints_exact_stdout():
-    result = run_python("print('hello')\nprint(sum(range(10)))\nprint('  trailing spaces  ')\n\n", LIMITS)
+def test_own_proc_entries_stay_readable(namespaces):
+    code = ("import os\nprint(len(open('/proc/self/status').read()) > 0,"
+            " len(open('/proc/thread-self/comm').read()) > 0,"
+            " len(open(f'/proc/{os.getpid()}/cmdline', 'rb').read()) > 0, open('/proc/mounts').read() != '')")
+    result = run_python(code, LIMITS, namespaces=namespaces)
+    assert result.error_kind is None and result.stdout == "True True True True\n", result
+
+
+@pytest.mark.parametrize("tamper", [
+    "import builtins\nbuiltins.isinstance = None",
+    "import builtins\nbuiltins.str = None",
+    "import builtins\nbuiltins.len = builtins.any = builtins.type = None",
+    "import json\njson._default_encoder = None",
+], ids=["isinstance", "str", "len_any_type", "json_encoder"])
+def test_tampering_then_forbidden_write_is_forbidden(tamper, stray, namespaces):
+    result = run_python(f"{tamper}\nopen('{stray}', 'w')", LIMITS, namespaces=namespaces)
+    assert result.error_kind == "forbidden", result
+    assert result.error == f"PermissionError: [sandbox] writing outside the sandbox directory: {stray}", result
+    assert result.stderr.endswith(f"PermissionError: [sandbox] writing outside the sandbox directory: {stray}\n")
+    assert not os.path.lexists(stray)
+
+
+def test_normal_code_prints_exact_stdout(namespaces):
+    result = run_python("print('hello')\nprint(sum(range(10)))\nprint('  trailing spaces  ')\n\n", LIMITS,
+                        namespaces=namespaces)
     assert result == SandboxResult(stdout="hello\n45\n  trailing spaces  \n", stderr="", exit_code=0,
                                    timed_out=False, error_kind=None, error=None, wall_s=result.wall_s)
 
 
-def test_unicode_output_round_trips():
-    result = run_python("print('héllo ✓ 日本')", LIMITS)
+def test_unicode_output_round_trips(namespaces):
+    result = run_python("print('héllo ✓ 日本')", LIMITS, namespaces=namespaces)
     assert result.error_kind is None and result.stdout == "héllo ✓ 日本\n"
 
 
-def test_exception_reports_class_message_and_partial_stdout():
-    result = run_python("print('partial')\nraise ValueError('bad value')", LIMITS)
+def test_exception_reports_class_message_and_partial_stdout(namespaces):
+    result = run_python("print('partial')\nraise ValueError('bad value')", LIMITS, namespaces=namespaces)
     assert result.error_kind == "exception"
     assert result.error == "ValueError: bad value"
     assert result.stdout == "partial\n"
@@ -305,13 +460,13 @@ def test_exception_reports_class_message_and_partial_stdout():
     assert "Traceback (most recent call last)" in result.stderr and "ValueError: bad value" in result.stderr
 
 
-def test_syntax_error_is_an_exception():
-    result = run_python("def broken(:\n    pass", LIMITS)
+def test_syntax_error_is_an_exception(namespaces):
+    result = run_python("def broken(:\n    pass", LIMITS, namespaces=namespaces)
     assert result.error_kind == "exception"
     assert result.error.startswith("SyntaxError: ") and "<string>, line 1" in result.error
 
 
-def test_files_inside_the_sandbox_work_and_vanish():
+def test_files_inside_the_sandbox_work_and_vanish(namespaces):
     code = (
         "import os, pathlib, shutil, tempfile\n"
         "with open('a.txt', 'w') as f:\n    f.write('one')\n"
@@ -323,56 +478,59 @@ def test_files_inside_the_sandbox_work_and_vanish():
         "shutil.rmtree('d')\n"
         "print(os.getcwd())\n"
     )
-    result = run_python(code, LIMITS)
+    result = run_python(code, LIMITS, namespaces=namespaces)
     assert result.error_kind is None, result
     first, cwd = result.stdout.splitlines()
     assert first == "one two ['b.txt', 'c.txt', 'e.txt'] b'3'"
     assert not os.path.exists(cwd), "the sandbox directory must be removed afterwards"
 
 
-def test_reading_outside_files_is_allowed():
-    result = run_python("import json, csv, decimal\nprint(open('/etc/hostname').read() != '' or True)", LIMITS)
+def test_reading_outside_files_is_allowed(namespaces):
+    result = run_python("import json, csv, decimal\nprint(open('/etc/hostname').read() != '' or True)", LIMITS,
+                        namespaces=namespaces)
     assert result.error_kind is None and result.stdout == "True\n", result
 
 
-def test_fresh_globals_and_no_state_between_runs():
-    first = run_python("x = 41\nprint(__name__, sorted(k for k in globals() if not k.startswith('__')))", LIMITS)
-    second = run_python("print('x' in globals())", LIMITS)
+def test_fresh_globals_and_no_state_between_runs(namespaces):
+    first = run_python("x = 41\nprint(__name__, sorted(k for k in globals() if not k.startswith('__')))", LIMITS,
+                       namespaces=namespaces)
+    second = run_python("print('x' in globals())", LIMITS, namespaces=namespaces)
     assert first.stdout == "__main__ ['x']\n"
     assert second.stdout == "False\n"
 
 
-def test_stdin_is_closed():
-    result = run_python("input()", LIMITS)
+def test_stdin_is_closed(namespaces):
+    result = run_python("input()", LIMITS, namespaces=namespaces)
     assert result.error_kind == "exception" and result.error.startswith("EOFError")
 
 
-def test_asyncio_and_threads_still_work():
+def test_asyncio_and_threads_still_work(namespaces):
     code = (
         "import asyncio, concurrent.futures\n"
         "async def main():\n    await asyncio.sleep(0.01)\n    return 6 * 7\n"
         "print(asyncio.run(main()))\n"
         "with concurrent.futures.ThreadPoolExecutor(2) as ex:\n    print(sum(ex.map(abs, [-1, -2])))\n"
     )
-    result = run_python(code, LIMITS)
+    result = run_python(code, LIMITS, namespaces=namespaces)
     assert result.error_kind is None and result.stdout == "42\n3\n", result
 
 
-def test_caught_forbidden_operation_lets_the_code_continue():
-    result = run_python("import os\ntry:\n    os.system('true')\nexcept PermissionError as e:\n    print('blocked')", LIMITS)
+def test_caught_forbidden_operation_lets_the_code_continue(namespaces):
+    code = "import os\ntry:\n    os.system('true')\nexcept PermissionError as e:\n    print('blocked')"
+    result = run_python(code, LIMITS, namespaces=namespaces)
     assert result.error_kind is None and result.stdout == "blocked\n"
 
 
-def test_output_limit_keeps_the_first_bytes():
-    result = run_python("print('x' * 10_000_000)", LIMITS)
+def test_output_limit_keeps_the_first_bytes(namespaces):
+    result = run_python("print('x' * 10_000_000)", LIMITS, namespaces=namespaces)
     assert result.stdout == "x" * LIMITS.max_output_bytes
 
 
-def test_forged_report_cannot_claim_other_kinds():
+def test_forged_report_cannot_claim_other_kinds(namespaces):
     # The report pipe is visible to the code; a forged report may only lie
     # about the code's own outcome and garbage is ignored.
     code = "import os\nfor fd in range(3, 20):\n    try:\n        os.write(fd, b'{not json')\n    except OSError:\n        pass\nraise ValueError('real')"
-    result = run_python(code, LIMITS)
+    result = run_python(code, LIMITS, namespaces=namespaces)
     assert result.error_kind == "exception" and result.error == "ValueError: real"
 
 

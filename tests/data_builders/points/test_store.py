@@ -24,6 +24,7 @@ def test_shards_round_trip_and_resume(tmp_path):
     # a shard killed after its tensors but before its marker, and a stray temp file
     (tmp_path / "shard-00002.safetensors").write_bytes(b"partial")
     (tmp_path / ".shard-00003.parquet.123.tmp").write_bytes(b"partial")
+    store.close()                                               # a killed build releases its lock with it
     again = PointStore(tmp_path, MANIFEST)
     assert again.done() == {0, 1}
     assert not (tmp_path / "shard-00002.safetensors").exists() and not list(tmp_path.glob(".*.tmp"))

@@ -132,7 +132,8 @@ def test_load_tasks_routes_gsm8k_and_applies_filters_and_limit(gsm_file):
     hard = load_tasks("gsm8k", split="train", path=str(gsm_file), difficulties=["hard"])
     assert hard and {t.difficulty for t in hard} == {"hard"}
     assert len(load_tasks("gsm8k", split="train", path=str(gsm_file), limit=5)) == 5
-    assert load_tasks("gsm8k", split="train", path=str(gsm_file), envs=["HashEnv"]) == []
+    with pytest.raises(ValueError, match=r"tasks\.envs: \['HashEnv'\].*valid: \['CalculatorEnv'\]"):
+        load_tasks("gsm8k", split="train", path=str(gsm_file), envs=["HashEnv"])
 
 
 def test_load_tasks_without_path_says_how_to_pass_one():
@@ -186,6 +187,18 @@ def test_malformed_lines_name_file_line_and_field(tmp_path, bad_line, field, pro
     assert (err.source, err.record, err.field_name) == (str(path), 3, field)
     assert problem in err.problem
     assert str(path) in str(err) and "record 3" in str(err) and f"'{field}'" in str(err)
+
+
+def test_non_utf8_bytes_name_file_and_line(tmp_path):
+    path = tmp_path / "latin1.jsonl"
+    # line 2 is Latin-1, not UTF-8: "á" is the single byte 0xe1
+    path.write_bytes(json.dumps(SIMPLE).encode() + b"\n" +
+                     json.dumps(NATALIA).replace("Natalia", "Nat\u00e1lia").encode("latin-1") + b"\n")
+    with pytest.raises(TaskFormatError) as info:
+        load_gsm8k(path, "train")
+    err = info.value
+    assert (err.source, err.record, err.field_name) == (str(path), 2, "<encoding>")
+    assert "UTF-8" in err.problem and "0xe1" in err.problem
 
 
 def test_missing_file_is_a_clear_error(tmp_path):

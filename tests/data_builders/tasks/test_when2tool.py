@@ -133,3 +133,24 @@ def test_shared_files_load_completely(split, single, multi):
 def tasks_by_id(tasks, raw):
     index = {t.id: t for t in tasks}
     return [index[r["id"]] for r in raw]
+
+
+def test_unknown_environment_is_refused_at_load_naming_file_record_and_field(tmp_path):
+    # accepted before, it failed only when its episode started, after earlier episodes had run
+    typo = json.loads(json.dumps(CALC)) | {"id": 11002}
+    typo["environments"][0]["name"] = "CalculaterEnv"
+    _write_dir(tmp_path, single=(CALC, typo))
+    with pytest.raises(TaskFormatError) as err:
+        load_tasks("when2tool", split="train", path=str(tmp_path))
+    e = err.value
+    assert (e.source, e.record, e.field_name) == (str(tmp_path / "tasks_v1_train.json"), 11002, "environments[0].name")
+    assert "'CalculaterEnv'" in e.problem and "CalculatorEnv" in e.problem and "HashEnv" in e.problem
+
+
+def test_duplicate_task_id_in_one_file_is_refused(tmp_path):
+    twin = json.loads(json.dumps(CALC)) | {"instruction": "Answer with only the number: 3+3"}
+    _write_dir(tmp_path, single=(CALC, twin))
+    with pytest.raises(TaskFormatError, match=r"tasks_v1_train\.json: record 11001: field 'id': duplicate id"):
+        load_tasks("when2tool", split="train", path=str(tmp_path))
+    with pytest.raises(TaskFormatError, match="record 11001: field 'id': duplicate id"):
+        w2t.tasks_from_rows([_flat(CALC), _flat(twin)], source="hub", split="train")

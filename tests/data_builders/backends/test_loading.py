@@ -1,0 +1,70 @@
+"""Model and adapter names that resolve nowhere: a missing path says it is missing (not transformers' "Repo id
+must be in the form ..."), a hub id that is neither a local directory nor cached says both, and offline nothing
+reaches for the network."""
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import pytest
+from huggingface_hub import constants
+
+from data_builders.backends import loading
+
+
+@pytest.fixture
+def offline(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)   # whatever the environment says: no network here
+    return tmp_path
+
+
+@pytest.mark.parametrize("name", ["./no/such/dir", "../no/such/dir", "/abs/missing", "~/no-such-toolwise-model",
+                                  "missing.gguf", "a/b/c"])
+def test_a_missing_model_path_says_it_does_not_exist(offline, name):
+    where = re.escape(str(Path(name).expanduser().resolve()))
+    with pytest.raises(FileNotFoundError, match=rf"^model '{re.escape(name)}': no such file or directory \({where}\)$"):
+        loading.load_backend(name)
+    with pytest.raises(FileNotFoundError, match="no such file or directory"):   # the vLLM path checks it too
+        loading.model_directory(name)
+
+
+def test_a_hub_id_neither_local_nor_cached_names_both_places_and_fails_fast(offline):
+    start = time.perf_counter()
+    with pytest.raises(OSError) as err:      # "org/name" is a relative path and a hub id alike
+        loading.load_backend("toolwise-test-org/no-such-model")
+    assert time.perf_counter() - start < 30
+    msg = str(err.value)
+    assert msg.startswith("model 'toolwise-test-org/no-such-model': neither a local directory nor a cached hub id "
+                          f"exists: no directory {offline / 'toolwise-test-org' / 'no-such-model'}, and no snapshot")
+    assert f"in {constants.HF_HUB_CACHE} (HF_HUB_OFFLINE is set)" in msg
+
+
+def test_an_existing_relative_directory_is_used_as_given(tiny_model_dir, offline):
+    (offline / "org").mkdir()
+    (offline / "org" / "model").symlink_to(tiny_model_dir)
+    assert loading.resolve_model("org/model") == "org/model"        # local first, though it looks like a hub id
+    assert loading.load_backend("org/model", device="cpu").model_id == "org/model"
+
+
+def test_a_missing_gguf_file_in_an_existing_directory_is_named(offline):
+    with pytest.raises(FileNotFoundError, match=rf"GGUF file {re.escape(str(offline / 'm.Q4.gguf'))} does not exist"):
+        loading.load_backend(".", gguf_file="m.Q4.gguf")
+
+
+def test_adapter_paths(offline, tmp_path):
+    assert loading.resolve_adapter(None) is None
+    (tmp_path / "ad").mkdir()
+    assert loading.resolve_adapter("ad") == "ad"
+    with pytest.raises(FileNotFoundError, match=rf"^adapter '/abs/missing/adapter': no such directory "
+                                                r"\(looked at /abs/missing/adapter\)$"):
+        loading.resolve_adapter("/abs/missing/adapter")
+    both = f"{tmp_path / 'checkpoints/tool_sft/nope'} and {loading.REPO_ROOT / 'checkpoints/tool_sft/nope'}"
+    with pytest.raises(FileNotFoundError, match=rf"no such directory \(looked at {re.escape(both)}\)"):
+        loading.resolve_adapter("checkpoints/tool_sft/nope")
+    with pytest.raises(FileNotFoundError, match=r"^adapter 'ck/nope': neither a local directory nor a cached hub id "
+                                                rf"exists: no directory {re.escape(str(tmp_path / 'ck/nope'))} or "):
+        loading.resolve_adapter("ck/nope")
+    with pytest.raises(FileNotFoundError, match=r"HF_HUB_OFFLINE is set"):   # through the model config as well
+        loading.backend_from_config({"name": "./no-model", "adapter": "ck/nope"})
