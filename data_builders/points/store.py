@@ -235,17 +235,20 @@ class PointStore:
         try:
             lock.acquire(timeout=timeout)
         except Timeout:
-            raise StoreLocked(f"{self.root}: another writer holds this decision-point dataset ({self._holder()}); "
-                              "wait for it to finish, or build into another out_dir") from None
+            who = self._holder(lock)
+            if who is not None:
+                raise StoreLocked(f"{self.root}: another writer holds this decision-point dataset ({who}); "
+                                  "wait for it to finish, or build into another out_dir") from None
         _write_json(self.root / HOLDER, {"pid": os.getpid(), "host": socket.gethostname(),
                                          "since": time.strftime("%Y-%m-%d %H:%M:%S"),
                                          "command": " ".join(sys.argv)})
         return lock
 
-    def _holder(self) -> str:
-        """Who holds the lock, from the note it writes right after acquiring (waited for briefly: a writer
-        that has just won the lock may not have written it yet)."""
-        for _ in range(20):
+    def _holder(self, lock: FileLock) -> str | None:
+        """Who holds the lock, from the note the holder writes right after acquiring; None when the lock was
+        released meanwhile and is now ours. Either happens within moments: a writer that has just won the lock
+        writes its note next, and one that has just finished already released the lock with its note."""
+        for _ in range(100):
             try:
                 h = json.loads((self.root / HOLDER).read_text())
                 who = (f"pid {h['pid']} on {h['host']} since {h['since']}"
@@ -254,8 +257,12 @@ class PointStore:
                     who = f"another PointStore of this process, still open: close() or finalize() it; {who}"
                 return who
             except (OSError, ValueError, KeyError, TypeError):
-                time.sleep(0.01)
-        return "holder unknown: it wrote no note, or has just finished"
+                try:
+                    lock.acquire(timeout=0.01)
+                    return None
+                except Timeout:
+                    pass
+        return "holder unknown: it wrote no note"
 
     def close(self) -> None:
         """Release the directory (idempotent)."""

@@ -16,7 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 import data_builders.build
 from data_builders.features import FEATURIZERS
-from data_builders.points.store import PointSet, load_points, read_manifest
+from data_builders.points.store import CorruptDataset, PointSet, load_points, read_manifest
 from recipes import compose
 
 
@@ -51,5 +51,13 @@ def decision_points(cfg: DictConfig, command: str = "python -m trainers.fit") ->
         data_builders.build.run(build, command=f"{command} (its decision-point build)")
     else:
         print(f"reusing {kind} decision points from {build.out_dir}")
-    points = load_points(build.out_dir, kind=kind, featurizer=FEATURIZERS[kind].id)
+    try:
+        points = load_points(build.out_dir, kind=kind, featurizer=FEATURIZERS[kind].id)
+    except CorruptDataset as e:
+        if cfg.recipe.points.get("dir"):
+            raise
+        # our own dataset, damaged on disk: the build recomputes exactly the damaged shards
+        print(f"repairing {kind} decision points in {build.out_dir}:\n{e}")
+        data_builders.build.run(build, command=f"{command} (its decision-point build)")
+        points = load_points(build.out_dir, kind=kind, featurizer=FEATURIZERS[kind].id)
     return points, build
