@@ -210,6 +210,13 @@ def test_a_misspelt_arm_mode_is_refused_before_the_policy_loads(tmp_path, checkp
         run(eval_cfg(tmp_path, checkpoints, arms={"modes": ["force", "default", "sparce"]}))
 
 
+@pytest.mark.parametrize("tau", [1.5, -0.1, "nan", "high"])
+def test_a_tau_override_outside_0_1_is_refused_before_the_policy_loads(tmp_path, checkpoints, no_model, tau):
+    # a τ of 1.5 would silently never act (and -0.1 always): the arm would measure a different controller
+    with pytest.raises(ValueError, match=r"arms\.g_step\.taus: .* is not a probability in \[0, 1\]"):
+        run(eval_cfg(tmp_path, checkpoints, arms={"g_step": {"taus": ["calibrated", tau]}}))
+
+
 def test_a_calibrated_reference_is_checked_once_the_controllers_load(tmp_path, checkpoints, scripted):
     # toolgate's τ is "calibrated" (0.50 in its checkpoint): 0.42 passes the config check, not the arm check
     with pytest.raises(ValueError, match=r"reference='toolgate@0\.42'.*toolgate@0\.50"):

@@ -337,6 +337,16 @@ def planned_arm_names(cfg: DictConfig) -> tuple[list[str], list[str]]:
     families = ([(f"probe_{style}", a.probe.taus) for style in a.probe.styles] if a.get("probe") else []) + \
         [(key, a[key].taus) for key in ("toolgate", "g_step") if a.get(key)]
     for family, taus in families:
+        for t in taus:
+            if t == CALIBRATED:
+                continue
+            try:
+                ok = 0.0 <= float(t) <= 1.0   # NaN fails too: a τ outside [0, 1] acts always or never
+            except (TypeError, ValueError):
+                ok = False
+            if not ok:
+                key = "probe" if family.startswith("probe_") else family
+                raise ValueError(f"arms.{key}.taus: {t!r} is not a probability in [0, 1] or {CALIBRATED!r}")
         names += [f"{family}@{float(t):.2f}" for t in taus if t != CALIBRATED]
         if CALIBRATED in list(taus):
             calibrated.append(family)
