@@ -45,7 +45,8 @@ def main() -> None:
     if kind not in RECIPE_OF_KIND:
         raise SystemExit(f"{args.points}: a {kind!r} dataset; this benchmark compares the logistic controllers "
                          f"(kinds {sorted(RECIPE_OF_KIND)}) with scikit-learn's LogisticRegression")
-    recipe = compose("fit", [f"recipe={RECIPE_OF_KIND[kind]}"]).recipe
+    cfg = compose("fit", [f"recipe={RECIPE_OF_KIND[kind]}"])
+    recipe = cfg.recipe
     OmegaConf.set_struct(recipe, False)
     if args.l2 is not None:
         recipe.train.l2 = args.l2
@@ -61,7 +62,7 @@ def main() -> None:
     for _ in range(args.repeats):
         start = time.perf_counter()
         c = new_controller(recipe, points, x_tr)
-        train(c, recipe.train, (x_tr, y_tr), None, progress=False)
+        train(c, recipe.train, (x_tr, y_tr), None, cfg.trainer, progress=False)   # trainer=default: 1 CPU
         times["lightning"].append(time.perf_counter() - start)
 
         start = time.perf_counter()

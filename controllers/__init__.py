@@ -9,11 +9,10 @@ import json
 from pathlib import Path
 
 from huggingface_hub import constants, snapshot_download
-from huggingface_hub.errors import HFValidationError
-from huggingface_hub.utils import validate_repo_id
 
 from .base import ContractMismatch, Controller, check_contract_dict, check_tau, check_temperature, make_contract
 from .gates import GStepMLP, ToolGateLogistic
+from .names import is_repo_id, looks_like_path
 from .probe import LinearProbe
 
 REGISTRY: dict[str, type[Controller]] = {c.registry_name: c for c in (LinearProbe, ToolGateLogistic, GStepMLP)}
@@ -21,19 +20,6 @@ REGISTRY: dict[str, type[Controller]] = {c.registry_name: c for c in (LinearProb
 
 class ControllerLoadError(ValueError):
     """A checkpoint directory that cannot be turned into a controller; the message names the file."""
-
-
-def _looks_like_path(name: str) -> bool:
-    """Names only a filesystem path can be: a hub id is ``name`` or ``org/name``, never ``./x``, ``/x`` or ``~/x``."""
-    return name in (".", "..") or name.startswith(("./", "../", "~")) or Path(name).is_absolute()
-
-
-def _is_repo_id(name: str) -> bool:
-    try:
-        validate_repo_id(name)
-    except HFValidationError:
-        return False
-    return True
 
 
 def _local_dir(path: str | Path) -> Path:
@@ -45,7 +31,7 @@ def _local_dir(path: str | Path) -> Path:
         return p
     if p.exists():
         raise ControllerLoadError(f"{p}: a file, not a controller directory (config.json + model.safetensors)")
-    if _looks_like_path(text) or not _is_repo_id(text):
+    if looks_like_path(text) or not is_repo_id(text):
         raise ControllerLoadError(f"{path}: not a controller directory ({p.resolve()} does not exist)")
     try:
         return Path(snapshot_download(text, allow_patterns=["config.json", "model.safetensors", "README.md"]))

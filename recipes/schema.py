@@ -59,10 +59,23 @@ class ModelConfig:
     name: str = MISSING                 # hub id | local directory | .gguf path | "smollm2" (the embedded default)
     gguf_file: Optional[str] = None     # a file inside a hub repo or directory named by ``name``
     adapter: Optional[str] = None       # a peft LoRA directory loaded over the base
-    dtype: str = "float32"
+    # auto = bfloat16 on a CUDA device with native bf16, else float32 (data_builders.backends.loading.resolve_dtype);
+    # or float32 | bfloat16 | float16
+    dtype: str = "auto"
     max_batch_size: int = 32
     max_batch_tokens: int = 16384       # padded tokens per forward; long prompts get smaller batches
     device: str = "auto"                # auto = CUDA when available, else CPU
+
+
+@dataclass
+class TrainerConfig:
+    """``trainer``: where and how Lightning runs a controller fit (``lightning.Trainer`` arguments of the same
+    names; trainers/controller/training.py). The policy recipes (TRL) ignore it: ``accelerate launch`` places them."""
+    accelerator: str = MISSING
+    devices: Any = MISSING          # an int, "auto", or a list of device indices: Lightning takes each
+    strategy: str = MISSING
+    num_nodes: int = MISSING
+    precision: str = MISSING
 
 
 @dataclass
@@ -201,6 +214,8 @@ class SFTTrain:
     logging_steps: int = MISSING
     eval_steps: int = MISSING
     gradient_checkpointing: bool = MISSING
+    bf16: bool = MISSING
+    fp16: bool = MISSING
     seed: int = MISSING
 
 
@@ -252,6 +267,8 @@ class GRPOTrain:
     trainable_layers: Optional[int] = MISSING
     lr: float = MISSING
     bf16: bool = MISSING
+    fp16: bool = MISSING
+    gradient_checkpointing: bool = MISSING
     scheduler: str = MISSING
     warmup_steps: int = MISSING
     beta: float = MISSING
@@ -377,6 +394,7 @@ class FitConfig:
     logger: Any = MISSING
     hardware: HardwareConfig = MISSING    # type: ignore[valid-type]
     checkpoints: CheckpointsConfig = MISSING
+    trainer: TrainerConfig = MISSING
 
 
 @dataclass
@@ -500,6 +518,7 @@ class SFTDataConfig:
 # (group or None for an entry config, schema name, dataclass): what register() stores.
 SCHEMAS: list[tuple[str | None, str, type]] = [
     ("model", "schema", ModelConfig),
+    ("trainer", "schema", TrainerConfig),
     ("backend", "hf_schema", HFBackendConfig),
     ("backend", "vllm_schema", VLLMBackendConfig),
     ("backend", "openai_schema", OpenAIBackendConfig),

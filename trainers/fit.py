@@ -10,6 +10,7 @@ W&B agents rank runs directly, without scraping logs.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,6 +58,12 @@ class Fitted:
     metrics: dict = field(default_factory=dict)
 
 
+def is_rank_zero() -> bool:
+    """The launching process of a multi-process run (Lightning DDP, torchrun, accelerate): the launchers set these
+    variables in the processes they start. Read from the environment so this entry point stays light."""
+    return all(int(os.environ.get(k, 0) or 0) == 0 for k in ("RANK", "LOCAL_RANK", "NODE_RANK"))
+
+
 def resolve(name: str):
     if name not in RECIPES:
         raise SystemExit(f"unknown recipe {name!r}; available: {sorted(RECIPES)}")
@@ -72,7 +79,8 @@ def main(cfg: DictConfig) -> float:
                   report_to=("wandb",) if cfg.logger.name == "wandb" else (),
                   multirun=hc.mode == RunMode.MULTIRUN)
     setup_wandb_env(cfg, run.dir)
-    (run.dir / "recipe.yaml").write_text(OmegaConf.to_yaml(cfg.recipe, resolve=True))
+    if is_rank_zero():   # one copy of the run's record, not one per rank
+        (run.dir / "recipe.yaml").write_text(OmegaConf.to_yaml(cfg.recipe, resolve=True))
     fitted: Fitted = resolve(cfg.recipe.name)(cfg.recipe, cfg, run)
     print(f"objective {fitted.objective_name}={fitted.objective:.6g}")
     return fitted.objective

@@ -18,10 +18,10 @@ from typing import Any, Callable
 
 import torch
 from huggingface_hub import constants, try_to_load_from_cache
-from huggingface_hub.errors import HFValidationError
-from huggingface_hub.utils import validate_repo_id
 from omegaconf import OmegaConf
 from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from controllers.names import is_repo_id, looks_like_path
 
 from .hf import HFBackend
 from .openai_backend import OpenAIBackend
@@ -41,21 +41,6 @@ class EmbeddedModelMissing(RuntimeError):
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-def _looks_like_path(name: str) -> bool:
-    """Names only a filesystem path can be: a hub id is ``name`` or ``org/name``, never ``./x``, ``/x``, ``~/x`` or a
-    ``.gguf`` file."""
-    return (name in (".", "..") or name.startswith(("./", "../", "~")) or Path(name).is_absolute()
-            or name.endswith(".gguf"))
-
-
-def _is_repo_id(name: str) -> bool:
-    try:
-        validate_repo_id(name)
-    except HFValidationError:
-        return False
-    return True
-
-
 def _nowhere(what: str, name: str, looked: list[Path], err: Exception | None = None) -> str:
     """The message for a name that is neither a local path nor a hub id we can reach."""
     where = " or ".join(str(p.resolve()) for p in looked)
@@ -73,7 +58,7 @@ def resolve_model(model: str) -> str:
     p = Path(model).expanduser()
     if p.exists():
         return str(p)
-    if _looks_like_path(model) or not _is_repo_id(model):
+    if looks_like_path(model, (".gguf",)) or not is_repo_id(model):
         raise FileNotFoundError(f"model {model!r}: no such file or directory ({p.resolve()})")
     return model
 
@@ -90,14 +75,35 @@ def resolve_adapter(adapter: str | None) -> str | None:
     if not p.is_absolute() and (REPO_ROOT / p).exists():
         return str(REPO_ROOT / p)
     looked = [p] if p.is_absolute() else [p, REPO_ROOT / p]
-    hub_id = len(p.parts) == 2 and _is_repo_id(adapter)   # adapters are published as "owner/name"
-    if _looks_like_path(adapter) or str(adapter).startswith("checkpoints") or not hub_id:
+    hub_id = len(p.parts) == 2 and is_repo_id(adapter)   # adapters are published as "owner/name"
+    if looks_like_path(adapter, (".gguf",)) or str(adapter).startswith("checkpoints") or not hub_id:
         raise FileNotFoundError(f"adapter {adapter!r}: no such directory (looked at "
                                 f"{' and '.join(str(x.resolve()) for x in looked)})")
     # peft fetches hub adapters itself; offline, a hub id missing from the cache is known to fail already
     if constants.is_offline_mode() and not isinstance(try_to_load_from_cache(adapter, "adapter_config.json"), str):
         raise FileNotFoundError(_nowhere("adapter", adapter, looked))
     return str(adapter)
+
+
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+def resolve_device(device: str = "auto") -> str:
+    """``model.device``: ``auto`` = CUDA when available, else CPU; ``cpu``, ``cuda`` and ``cuda:N`` as given."""
+    return ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
+
+
+def resolve_dtype(dtype: str = "auto", device: str = "auto") -> str:
+    """``model.dtype`` as the name of a torch dtype, for the device the weights will run on. ``auto``: bfloat16 on
+    a CUDA device with native bf16 (Ampere and later; emulated bf16 on older GPUs is slower than fp32), float32
+    otherwise (CPU inference here is measured in fp32, and bf16 matmuls on CPUs without AMX are slow). Every
+    loader (the backends, the policy trainers' base model) resolves it here, so one word means one dtype."""
+    if dtype == "auto":
+        on_cuda = torch.device(resolve_device(device)).type == "cuda"
+        return "bfloat16" if on_cuda and torch.cuda.is_bf16_supported(including_emulation=False) else "float32"
+    if dtype not in DTYPES:
+        raise ValueError(f"model.dtype={dtype!r}: choose auto or one of {', '.join(DTYPES)}")
+    return dtype
 
 
 def cache_root() -> Path:
@@ -160,12 +166,13 @@ def _save_atomically(model, tok, target: Path, extra: dict[str, str] | None = No
 
 
 def load_backend(model: str = "smollm2", *, gguf_file: str | None = None, adapter: str | None = None,
-                 dtype: str = "float32", max_batch_size: int = 32, max_batch_tokens: int = 16384,
+                 dtype: str = "auto", max_batch_size: int = 32, max_batch_tokens: int = 16384,
                  model_id: str | None = None, device: str = "auto") -> HFBackend:
     """``model``: an alias of the embedded default (``smollm2``), a hub id, a local directory, or a
     ``.gguf`` file (or a directory plus ``gguf_file``). ``device``: ``auto`` (CUDA when available),
-    ``cpu``, ``cuda`` or ``cuda:N``."""
-    torch_dtype = getattr(torch, dtype)
+    ``cpu``, ``cuda`` or ``cuda:N``; ``dtype``: ``auto`` or a dtype name (:func:`resolve_dtype`)."""
+    device = resolve_device(device)
+    torch_dtype = getattr(torch, resolve_dtype(dtype, device))
     # resolved first: a missing adapter fails before seconds of model loading; the fingerprint keeps the name as
     # given, not a machine path
     adapter_path = resolve_adapter(adapter)
@@ -193,8 +200,6 @@ def load_backend(model: str = "smollm2", *, gguf_file: str | None = None, adapte
     if adapter_path:
         from peft import PeftModel   # why: only adapters need peft, which adds ~2.5 s to every model load
         hf_model = PeftModel.from_pretrained(hf_model, adapter_path).merge_and_unload()
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
     hf_model = hf_model.to(device)
     return HFBackend(hf_model, tok, model_id=model_id or mid, adapter=adapter, max_batch_size=max_batch_size,
                      max_batch_tokens=max_batch_tokens)
@@ -218,7 +223,9 @@ def model_directory(model: str = "smollm2", *, gguf_file: str | None = None, ada
                     dtype: str = "float32") -> tuple[str, str]:
     """A safetensors directory (or hub id) holding exactly the policy's weights, for engines that load
     weights themselves (vLLM), and the model id. GGUF files and peft adapters are loaded with
-    transformers, merged, and saved once under the toolwise cache."""
+    transformers, merged, and saved once under the toolwise cache. ``dtype``: the dtype those engines will run
+    in, resolved by the caller (``auto`` here would mean the merging machine's CPU: float32)."""
+    dtype = resolve_dtype(dtype, "cpu")
     adapter_path = resolve_adapter(adapter)
     is_gguf = bool(gguf_file) or str(model).endswith(".gguf")
     if model in EMBEDDED_ALIASES and not adapter_path:
@@ -236,28 +243,27 @@ def model_directory(model: str = "smollm2", *, gguf_file: str | None = None, ada
 
 def _hf_from_config(model: Any, backend: Any) -> HFBackend:
     return load_backend(model.name, gguf_file=model.get("gguf_file"), adapter=model.get("adapter"),
-                        dtype=model.get("dtype", "float32"), max_batch_size=model.get("max_batch_size", 32),
+                        dtype=model.get("dtype", "auto"), max_batch_size=model.get("max_batch_size", 32),
                         max_batch_tokens=model.get("max_batch_tokens", 16384), device=model.get("device", "auto"))
 
 
 def _vllm_from_config(model: Any, backend: Any):
-    device = model.get("device", "auto")
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = resolve_device(model.get("device", "auto"))
+    dtype = resolve_dtype(model.get("dtype", "auto"), device)   # vLLM's own "auto" would mean the checkpoint's dtype
     vllm_environment("cpu" if device == "cpu" else "cuda", str(cache_root()), backend.get("cpu_kv_cache_gib", 4),
                      backend.get("cpu_threads"))
     import_vllm()   # fail with the install hint before any merging work
     path, mid = model_directory(model.name, gguf_file=model.get("gguf_file"), adapter=model.get("adapter"),
-                                dtype=model.get("dtype", "float32"))
+                                dtype=dtype)
     # The probe read's HF copy: on the GPU beside vLLM (lower gpu_memory_utilization for big models) or
-    # wherever backend.probe_device says.
+    # wherever backend.probe_device says, in model.dtype resolved for that device.
     hf_device = backend.get("probe_device") or device
-    return VLLMBackend(path, model_id=mid, adapter=model.get("adapter"), dtype=model.get("dtype", "float32"),
+    return VLLMBackend(path, model_id=mid, adapter=model.get("adapter"), dtype=dtype,
                        device=device, max_model_len=backend.get("max_model_len"),
                        gpu_memory_utilization=backend.get("gpu_memory_utilization", 0.85),
                        enforce_eager=backend.get("enforce_eager"),
                        enable_prefix_caching=backend.get("enable_prefix_caching", True), seed=backend.get("seed", 0),
-                       hf_loader=lambda: load_backend(path, dtype=model.get("dtype", "float32"), model_id=mid,
+                       hf_loader=lambda: load_backend(path, dtype=model.get("dtype", "auto"), model_id=mid,
                                                       adapter=None, device=hf_device),
                        engine_kwargs=dict(backend.get("engine_kwargs") or {}))
 

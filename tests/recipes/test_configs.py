@@ -30,7 +30,7 @@ def options(group: str) -> list[str]:
 
 # The groups each entry config selects (its defaults list), and what it needs to compose at all.
 ENTRY_GROUPS = {
-    "fit": ["recipe", "model", "backend", "tasks", "logger", "hardware", "checkpoints"],
+    "fit": ["recipe", "model", "backend", "tasks", "logger", "hardware", "checkpoints", "trainer"],
     "build": ["model", "backend", "tasks", "checkpoints"],
     "rollout": ["model", "backend", "tasks", "agent", "checkpoints"],
     "evaluate": ["model", "backend", "tasks", "agent", "pte", "hardware", "logger", "checkpoints"],

@@ -385,6 +385,16 @@ def test_decision_points_resumes_an_incomplete_build(tmp_path, fake_build):
     assert len(fake_build) == 1                                          # handed back to the builder
 
 
+def test_the_dataset_identity_holds_the_resolved_dtype_not_the_word(tmp_path):
+    """model.dtype=auto is float32 on the CPU: the same dataset as an explicit float32 (datasets built before
+    auto was the default are reused), another one than bfloat16 states."""
+    from trainers.controller.points import build_config
+
+    cpu = lambda *o: build_config(points_cfg(tmp_path, "model.device=cpu", *o)).out_dir  # noqa: E731
+    assert points_cfg(tmp_path).model.dtype == "auto"
+    assert cpu() == cpu("model.dtype=float32") != cpu("model.dtype=bfloat16")
+
+
 def test_points_dir_is_used_as_is(tmp_path, fake_build):
     from trainers.controller.points import decision_points
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from huggingface_hub import ModelCard
 from safetensors.torch import load_file
 
@@ -75,3 +76,49 @@ def test_loading_the_adapter_gives_a_different_policy(tiny_model_dir, tmp_path):
     p = dict(bare.model.named_parameters())
     changed = [n for n, w in tuned.model.named_parameters() if not (w == p[n]).all()]
     assert changed, "merged adapter left every weight unchanged"
+
+
+# ---------------------------------------------------------------------------- precision and placement
+def test_precision_and_checkpointing_come_from_the_recipe_in_both_policy_recipes(tmp_path):
+    from trl import GRPOConfig, SFTConfig
+
+    from trainers.policy.common import Policy, trainer_args
+
+    on_cpu = Policy(model=None, tokenizer=None, base_id="base", start_adapter=None, use_cpu=True)
+    run = RunInfo(dir=tmp_path / "run", command="pytest")
+    # as before they were settings: TRL's bf16 default (autocast, on the CPU too), no gradient checkpointing
+    shipped = {"tool_sft": (True, False, False), "pte_grpo": (True, False, False)}
+    for recipe, config in (("tool_sft", SFTConfig), ("pte_grpo", GRPOConfig)):
+        t = compose("fit", [f"recipe={recipe}"]).recipe.train
+        args = trainer_args(run, tmp_path / "export", t, on_cpu)
+        assert (args["bf16"], args["fp16"], args["gradient_checkpointing"]) == shipped[recipe], recipe
+        built = config(**args)                        # TRL accepts them as the recipe ships them (on the CPU)
+        assert (built.bf16, built.gradient_checkpointing) == shipped[recipe][::2]
+        t = compose("fit", [f"recipe={recipe}", "recipe.train.bf16=false", "recipe.train.gradient_checkpointing=true"]
+                    ).recipe.train
+        args = trainer_args(run, tmp_path / "export", t, on_cpu)
+        assert (args["bf16"], args["gradient_checkpointing"]) == (False, True)
+        both = compose("fit", [f"recipe={recipe}", "recipe.train.bf16=true", "recipe.train.fp16=true"]).recipe.train
+        with pytest.raises(ValueError, match="bf16 and fp16 are both true"):
+            trainer_args(run, tmp_path / "export", both, on_cpu)
+
+
+def test_the_policy_loads_in_the_resolved_model_dtype_and_device(tiny_model_dir, tmp_path):
+    import torch
+
+    from data_builders.backends.loading import resolve_dtype
+    from trainers.policy.common import load_policy
+
+    assert compose("fit", ["recipe=tool_sft"]).model.dtype == "auto"
+    assert resolve_dtype("auto", "cpu") == "float32" and resolve_dtype("bfloat16", "cpu") == "bfloat16"
+    with pytest.raises(ValueError, match="model.dtype='fp8': choose auto or one of float32, bfloat16, float16"):
+        resolve_dtype("fp8")
+    cfg, _ = composed(tmp_path, tiny_model_dir, "model.device=cpu")
+    policy = load_policy(cfg.model, cfg.recipe.lora)                  # auto on the CPU: float32, as before
+    assert policy.use_cpu and policy.model.get_base_model().dtype == torch.float32
+    cfg, _ = composed(tmp_path, tiny_model_dir, "model.device=cpu", "model.dtype=bfloat16")
+    assert load_policy(cfg.model, cfg.recipe.lora).model.get_base_model().dtype == torch.bfloat16
+    if not torch.cuda.is_available():
+        cfg, _ = composed(tmp_path, tiny_model_dir, "model.device=cuda:1")
+        with pytest.raises(ValueError, match="model.device=cuda:1: no CUDA device is visible"):
+            load_policy(cfg.model, cfg.recipe.lora)

@@ -24,18 +24,18 @@ def _auroc(y, p):
     return float(roc_auc_score(y, p)) if 0 < y.sum() < len(y) else None
 
 
-def single_layer(recipe, points, splits) -> dict:
+def single_layer(recipe, points, splits, trainer_cfg: DictConfig) -> dict:
     (x_tr, y_tr, _), (x_va, y_va, _), (x_te, y_te, _) = (splits[s] for s in ("train", "val", "test"))
     n_layers = x_tr.shape[1]
     val = {}
     for layer in range(n_layers):
         c = new_controller(recipe, points, x_tr, layers=[layer])
-        train(c, recipe.train, (x_tr, y_tr), None, progress=False)
+        train(c, recipe.train, (x_tr, y_tr), None, trainer_cfg, progress=False)
         val[layer] = _auroc(y_va.numpy(), raw_logits(c, x_va).numpy()) if len(y_va) else None
     scored = {k: v for k, v in val.items() if v is not None}
     best = max(scored, key=scored.get) if scored else n_layers - 1
     c = new_controller(recipe, points, x_tr, layers=[best])
-    train(c, recipe.train, (x_tr, y_tr), None, progress=False)
+    train(c, recipe.train, (x_tr, y_tr), None, trainer_cfg, progress=False)
     return {"test": {"auroc": _auroc(y_te.numpy(), raw_logits(c, x_te).numpy())}, "layer": best,
             "val_auroc_by_layer": val, "detail": f"layer {best} of {n_layers}, chosen on val"}
 
@@ -60,7 +60,7 @@ def probe_baselines(recipe: DictConfig, cfg: DictConfig, points, splits, build: 
     b = recipe.baselines
     out = {}
     if b.get("single_layer"):
-        out["best single-layer probe"] = single_layer(recipe, points, splits)
+        out["best single-layer probe"] = single_layer(recipe, points, splits, cfg.trainer)
     if b.get("bag_of_words"):
         out["bag-of-words logistic regression"] = bag_of_words(points, splits, build, b.get("bow_C", 1.0))
     return out

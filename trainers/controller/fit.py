@@ -4,6 +4,11 @@ Read top to bottom: decision points (built or reused) → controller with its fe
 fit on train (``training.py``) → temperature and τ on val → metrics on every split, by category and
 difficulty (plus the probe's baselines) → ``checkpoints/<recipe>/<run>/`` with model card, metrics and
 resolved config → W&B.
+
+Under a distributed strategy (``trainer.strategy=ddp trainer.devices=N``) every rank runs this function whole
+(Lightning's ``ddp`` re-runs the command per rank): the fits are collective, and calibration, metrics and the
+probe's baselines are cheap and the same on every rank, so each rank returns the same objective; only rank 0
+writes the export, the card and the metrics, and logs them.
 """
 from __future__ import annotations
 
@@ -59,15 +64,20 @@ def fit(recipe: DictConfig, cfg: DictConfig, run: RunInfo) -> Fitted:
 
     logger = make_logger(cfg, run.dir)
     controller = new_controller(recipe, points, x_tr)
-    train_s = train(controller, recipe.train, (x_tr, y_tr), (x_va, y_va), logger)
+    trained = train(controller, recipe.train, (x_tr, y_tr), (x_va, y_va), cfg.trainer, logger)
     calibration = calibrate(controller, recipe.calibration, x_va, y_va)
-    metrics = {"splits": evaluate(controller, splits), "calibration": calibration, "train_seconds": train_s,
-               "points": {s: int(len(v[1])) for s, v in splits.items()}, "dataset": str(Path(build.out_dir))}
+    metrics = {"splits": evaluate(controller, splits), "calibration": calibration,
+               "train_seconds": trained.seconds, "points": {s: int(len(v[1])) for s, v in splits.items()},
+               "dataset": str(Path(build.out_dir))}
 
     if recipe.get("baselines"):
-        metrics["baselines"] = probe_baselines(recipe, cfg, points, splits, build)
+        metrics["baselines"] = probe_baselines(recipe, cfg, points, splits, build)   # collective fits: every rank
 
     out_dir = run.export_dir(recipe.export_dir)
+    val_auroc = metrics["splits"]["val"]["all"].get("auroc")
+    objective = float("nan") if val_auroc is None else float(val_auroc)
+    if not trained.is_global_zero:     # another rank of a distributed fit: rank 0 exports this same controller
+        return Fitted(out_dir, objective, "val_auroc", metrics)
     controller.save_pretrained(out_dir)
     (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=2))
     (out_dir / "train_config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
@@ -98,5 +108,4 @@ def fit(recipe: DictConfig, cfg: DictConfig, run: RunInfo) -> Fitted:
     print(f"{recipe.name}: test_auroc={a.get('auroc')} test_accuracy={a.get('accuracy'):.4f} "
           f"test_action_rate={a.get('action_rate'):.4f} points={sum(metrics['points'].values())} "
           f"seconds={time.perf_counter() - start:.1f}")
-    val_auroc = metrics["splits"]["val"]["all"].get("auroc")
-    return Fitted(out_dir, float("nan") if val_auroc is None else float(val_auroc), "val_auroc", metrics)
+    return Fitted(out_dir, objective, "val_auroc", metrics)

@@ -15,6 +15,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 import data_builders.build
+from data_builders.backends.loading import resolve_dtype
 from data_builders.features import FEATURIZERS
 from data_builders.points.store import CorruptDataset, PointSet, load_points, read_manifest
 from recipes import compose
@@ -30,6 +31,8 @@ def build_config(cfg: DictConfig) -> DictConfig:
         ident = OmegaConf.to_container(build, resolve=True)
         for key in ("out_dir", "overwrite", "checkpoints"):   # where it goes, and paths model.adapter resolved
             ident.pop(key)
+        # the dtype the states are computed in, not the word: "auto" is bf16 on a GPU and fp32 on a CPU
+        ident["model"]["dtype"] = resolve_dtype(ident["model"]["dtype"], ident["model"]["device"])
         digest = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:10]
         build.out_dir = str(Path(recipe.points.root) / recipe.points.kind / f"{build.tasks.source}-{digest}")
     else:

@@ -1,11 +1,17 @@
 """One controller fit, the part the recipe (``fit.py``), the probe's baselines (``baselines.py``) and the
 training benchmark share: feature tensors per split, a controller built from its decision points' contract,
-a Lightning fit, raw logits."""
+a Lightning fit placed by the ``trainer`` group (``recipes/trainer/``), raw logits.
+
+Distributed fits (``trainer.strategy=ddp trainer.devices=N``): with ``ddp`` Lightning re-runs the whole command
+in N-1 more processes, so every rank runs the recipe top to bottom and each ``train`` call is collective: all
+ranks must make the same calls in the same order (the recipe does; only rank 0 writes, see ``fit.py``).
+"""
 from __future__ import annotations
 
 import logging
 import time
 import warnings
+from dataclasses import dataclass
 
 import lightning as L
 import torch
@@ -39,20 +45,36 @@ def new_controller(recipe: DictConfig, points: PointSet, x_train: torch.Tensor, 
                              label_rule=m["label_rule"], task_hash=m["task_hash"])
     params = OmegaConf.to_container(recipe.controller, resolve=True)
     cls = REGISTRY[params.pop("type")]
+    # the initial weights are part of the run: seeded, so a rerun, or the same fit on N ranks, starts alike
+    L.seed_everything(recipe.train.seed, workers=True, verbose=False)
     controller = cls(contract=contract, **{**params, **override})
     controller.fit_standardization(x_train)
     return controller
 
 
-def train(controller: Controller, t: DictConfig, train_xy, val_xy, logger=None, progress: bool = True) -> float:
-    """Fit in place with Lightning; returns the wall time in seconds."""
+@dataclass(frozen=True)
+class Trained:
+    seconds: float          # wall time of the fit
+    is_global_zero: bool    # rank 0 of a distributed fit (always true in one process): the rank that exports
+
+
+def train(controller: Controller, t: DictConfig, train_xy, val_xy, trainer_cfg: DictConfig, logger=None,
+          progress: bool = True) -> Trained:
+    """Fit in place with Lightning, placed by ``trainer_cfg`` (the ``trainer`` group)."""
     L.seed_everything(t.seed, workers=True, verbose=False)
     module = ControllerModule(controller, optimizer=t.optimizer, lr=t.lr, l2=t.l2, weight_decay=t.weight_decay,
                               class_weights=balanced_weights(train_xy[1]) if t.class_balance else (1.0, 1.0),
                               max_iter=t.lbfgs_max_iter)
     data = TensorDataModule(train_xy, val_xy, batch_size=t.batch_size, seed=t.seed)
     has_val = val_xy is not None and len(val_xy[1]) > 0
-    trainer = L.Trainer(limit_val_batches=1.0 if has_val else 0, max_epochs=t.max_epochs, accelerator="cpu", devices=1,
+    trainer = L.Trainer(limit_val_batches=1.0 if has_val else 0, max_epochs=t.max_epochs,
+                        # accelerator, devices, strategy, num_nodes, precision: lightning.Trainer's own arguments
+                        **OmegaConf.to_container(trainer_cfg, resolve=True),
+                        # Full-batch L-BFGS must see the whole train split at every step, so under DDP each rank
+                        # gets all of it (no DistributedSampler shard): DDP's all-reduce then averages identical
+                        # gradients, and every rank takes the one-process step. AdamW minibatches are sharded
+                        # the usual DDP way (an effective batch of batch_size x world size).
+                        use_distributed_sampler=t.optimizer != "lbfgs",
                         logger=logger or False,
                         enable_checkpointing=False, enable_progress_bar=progress, enable_model_summary=False,
                         check_val_every_n_epoch=max(1, t.max_epochs // 10), deterministic=True,
@@ -60,7 +82,7 @@ def train(controller: Controller, t: DictConfig, train_xy, val_xy, logger=None, 
     start = time.perf_counter()
     trainer.fit(module, datamodule=data)
     controller.eval()
-    return time.perf_counter() - start
+    return Trained(time.perf_counter() - start, trainer.is_global_zero)
 
 
 @torch.no_grad()

@@ -3,7 +3,7 @@
 - ``load_policy``: the policy named by the ``model`` group (``cfg.model``) as a trainable peft model: the
   start adapter (``model.adapter``) loaded trainable, or a fresh LoRA from ``recipe.lora``;
 - ``trainer_args``: the TRL arguments both recipes set the same way (trainer state with the run's outputs,
-  tracking, device, schedule);
+  tracking, device, precision, gradient checkpointing, schedule);
 - ``train_tasks``: the train-task mix (built-in generators, plus When2Tool's train files when a path is set);
 - ``train``: the timed ``trainer.train()`` and its summary metrics;
 - ``export_adapter``: the adapter, its metrics, the resolved config and a Hugging Face model card.
@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +24,8 @@ from peft import PeftModel, get_peft_model
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import ModelConfig, get_peft_config
 
-from data_builders.backends.loading import EMBEDDED_ALIASES, EMBEDDED_ID, model_directory, resolve_adapter
+from data_builders.backends.loading import (EMBEDDED_ALIASES, EMBEDDED_ID, model_directory, resolve_adapter,
+                                            resolve_device, resolve_dtype)
 from data_builders.tasks import Task, load_tasks
 from trainers.fit import RunInfo
 
@@ -35,7 +37,7 @@ class Policy:
     tokenizer: Any
     base_id: str                  # what cards and adapter_config.json name as the base: hub id or the path given
     start_adapter: str | None     # ``model.adapter`` as given; None: a fresh LoRA from ``recipe.lora``
-    use_cpu: bool                 # ``model.device=cpu``, or no CUDA device (else accelerate places the model)
+    use_cpu: bool                 # the resolved ``model.device`` is the CPU (else accelerate places it on a GPU)
 
 
 def base_model_id(model: DictConfig) -> str:
@@ -58,15 +60,36 @@ def lora_config(lora: DictConfig):
     return get_peft_config(args)
 
 
+def place(device: str) -> bool:
+    """Where the trainer runs, from ``model.device``; True for the CPU (TRL's ``use_cpu``).
+
+    The trainer moves the model itself (to accelerate's device), so placement is chosen here, not by ``.to()``.
+    Under ``accelerate launch`` (``WORLD_SIZE`` > 1) accelerate gives each process its own GPU (its local rank):
+    only ``cpu`` is honoured then, and a ``cuda:N`` is left to the launcher. In one process ``cuda:N`` becomes
+    the current CUDA device, which accelerate's ``cuda`` device means."""
+    device = resolve_device(device)
+    kind = torch.device(device).type
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"model.device={device}: no CUDA device is visible to this process")
+    if kind not in ("cpu", "cuda"):
+        raise ValueError(f"model.device={device}: choose auto, cpu, cuda or cuda:N")
+    if kind == "cuda" and torch.device(device).index is not None and int(os.environ.get("WORLD_SIZE", "1")) == 1:
+        torch.cuda.set_device(torch.device(device))
+    return kind == "cpu"
+
+
 def load_policy(model: DictConfig, lora: DictConfig) -> Policy:
     """The base of the ``model`` group (embedded alias → its cached safetensors copy; a GGUF file → a
     de-quantized copy, as every backend loads it) with ``model.adapter`` loaded *trainable*, or a fresh
-    LoRA from ``lora`` when the group has no adapter."""
-    path, _ = model_directory(model.name, gguf_file=model.gguf_file, dtype=model.dtype)
+    LoRA from ``lora`` when the group has no adapter. Weights in ``model.dtype`` resolved for ``model.device``
+    (``auto``: bf16 on a GPU with native bf16, fp32 on the CPU), as the backends load them."""
+    use_cpu = place(model.device)
+    dtype = resolve_dtype(model.dtype, "cpu" if use_cpu else "cuda")
+    path, _ = model_directory(model.name, gguf_file=model.gguf_file, dtype=dtype)
     tokenizer = AutoTokenizer.from_pretrained(path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    base = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, model.dtype))
+    base = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype))
     start = resolve_adapter(model.adapter)
     peft_model = (PeftModel.from_pretrained(base, start, is_trainable=True) if start
                   else get_peft_model(base, lora_config(lora)))
@@ -74,17 +97,21 @@ def load_policy(model: DictConfig, lora: DictConfig) -> Policy:
     # peft records the path the weights were read from (the embedded model's cache directory) or, for a
     # start adapter, whatever base that adapter recorded; the export names the real base instead.
     peft_model.peft_config["default"].base_model_name_or_path = base_id
-    return Policy(peft_model, tokenizer, base_id, model.adapter or None,
-                  use_cpu=model.device == "cpu" or not torch.cuda.is_available())
+    return Policy(peft_model, tokenizer, base_id, model.adapter or None, use_cpu=use_cpu)
 
 
 # ---------------------------------------------------------------------------- trainer arguments
 def trainer_args(run: RunInfo, export_dir: Path, train: DictConfig, policy: Policy) -> dict:
     """The ``SFTConfig``/``GRPOConfig`` fields both recipes set alike. Optimizer and scheduler state stay
-    with the run's outputs (``run.dir``); the export holds the adapter only."""
+    with the run's outputs (``run.dir``); the export holds the adapter only. ``train.bf16``/``train.fp16``:
+    mixed-precision autocast of the update (over weights in ``model.dtype``); ``train.gradient_checkpointing``:
+    recompute activations in backward (less memory, more compute)."""
+    if train.bf16 and train.fp16:
+        raise ValueError("recipe.train: bf16 and fp16 are both true; choose one mixed precision")
     return dict(output_dir=str(run.dir / "trainer_state"), run_name=export_dir.name, report_to=list(run.report_to),
                 seed=train.seed, max_steps=train.max_steps, learning_rate=train.lr,
                 lr_scheduler_type=train.scheduler, use_cpu=policy.use_cpu, save_strategy="no",
+                bf16=train.bf16, fp16=train.fp16, gradient_checkpointing=train.gradient_checkpointing,
                 dataloader_num_workers=0, disable_tqdm=False)
 
 

@@ -246,7 +246,6 @@ def fit(recipe: DictConfig, cfg: DictConfig, run: RunInfo) -> Fitted:
         num_generations=g.num_generations, temperature=g.temperature, top_p=g.top_p,
         max_completion_length=g.max_completion_length, beta=t.beta, loss_type=t.loss_type,
         scale_rewards=t.scale_rewards, reward_weights=weights, logging_steps=1,
-        gradient_checkpointing=False, bf16=t.bf16,
         use_vllm=g.use_vllm, vllm_mode=g.vllm_mode,
         # TRL's colocated engine returns processed (temperature-scaled) log-probs of the sampled tokens, which
         # the wrapped backend passes on: what the importance-sampling correction needs

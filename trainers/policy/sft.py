@@ -107,8 +107,7 @@ def fit(recipe: DictConfig, cfg: DictConfig, run: RunInfo) -> Fitted:
         **trainer_args(run, export_dir, t, policy), num_train_epochs=t.epochs, warmup_steps=t.warmup_ratio,
         per_device_train_batch_size=t.batch_size, per_device_eval_batch_size=t.batch_size,
         gradient_accumulation_steps=t.grad_accum, logging_steps=t.logging_steps,
-        eval_strategy="no" if val is None else "steps", eval_steps=t.eval_steps, max_length=None,
-        gradient_checkpointing=t.gradient_checkpointing)
+        eval_strategy="no" if val is None else "steps", eval_steps=t.eval_steps, max_length=None)
     trainer = SFTTrainer(model=policy.model, args=args, train_dataset=data.train, eval_dataset=val,
                          processing_class=policy.tokenizer)
 

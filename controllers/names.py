@@ -1,0 +1,24 @@
+"""Is a name a local path or a hub id? One rule for everything toolwise loads by name (controllers here, models
+and adapters in ``data_builders.backends.loading``), so a missing path is reported as missing instead of being
+looked up on the hub as an id it cannot be."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from huggingface_hub.errors import HFValidationError
+from huggingface_hub.utils import validate_repo_id
+
+
+def looks_like_path(name: str, file_suffixes: tuple[str, ...] = ()) -> bool:
+    """Names only a filesystem path can be: a hub id is ``name`` or ``org/name``, never ``./x``, ``/x``, ``~/x``
+    (or a file with one of ``file_suffixes``, e.g. ``.gguf``)."""
+    return (name in (".", "..") or name.startswith(("./", "../", "~")) or Path(name).is_absolute()
+            or bool(file_suffixes) and name.endswith(file_suffixes))
+
+
+def is_repo_id(name: str) -> bool:
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        return False
+    return True
