@@ -1,5 +1,5 @@
 """Is a name a local path or a hub id? One rule for everything toolwise loads by name (controllers here, models
-and adapters in ``data_builders.backends.loading``), so a missing path is reported as missing instead of being
+and adapters in the backends' loader), so a missing path is reported as missing instead of being
 looked up on the hub as an id it cannot be."""
 from __future__ import annotations
 
