@@ -88,6 +88,10 @@ class VLLMBackendConfig:
     name: str = MISSING
     max_model_len: Optional[int] = MISSING
     gpu_memory_utilization: float = MISSING
+    tensor_parallel_size: int = MISSING
+    pipeline_parallel_size: int = MISSING
+    data_parallel_size: int = MISSING
+    max_num_seqs: Optional[int] = MISSING
     enforce_eager: Optional[bool] = MISSING
     enable_prefix_caching: bool = MISSING
     cpu_kv_cache_gib: int = MISSING             # VLLM_CPU_KVCACHE_SPACE, which vLLM reads as an integer
@@ -166,6 +170,26 @@ AgentSettings = derived(AgentConfig, "AgentSettings", exclude=("mode", "reasonin
 PTESettings = derived(PTEConfig, "PTESettings", exclude=("hardware",))
 # An agent loop with every setting (pte_grpo's training rollouts choose their prompt mode too).
 AgentLoopConfig = derived(AgentConfig, "AgentLoopConfig")
+
+
+@dataclass
+class LocalExecutorConfig:
+    """``executor=local``: every shard in this process on one engine (data_builders/executors.py)."""
+    name: str = MISSING
+
+
+@dataclass
+class RayExecutorConfig:
+    """``executor=ray``: shards on Ray actors, one engine each (data_builders/executors.py)."""
+    name: str = MISSING
+    address: Optional[str] = MISSING        # null = start a local cluster | auto | host:port | ray://host:10001
+    workers: int = MISSING                  # actors, each loading one engine
+    num_gpus: float = MISSING               # per worker (0.5: two engines share a GPU)
+    num_cpus: float = MISSING               # per worker
+    torch_threads: Optional[int] = MISSING  # per worker (null = num_cpus, at least 1)
+    max_retries: int = MISSING              # times a shard whose worker died is redone
+    shard_size: Optional[int] = MISSING     # evaluate/rollout tasks per unit of work (null = spread over workers)
+    connect_timeout_s: float = MISSING      # an unreachable address fails after this long
 
 
 @dataclass
@@ -248,6 +272,9 @@ class GRPOGeneration:
     max_completion_length: int = MISSING
     use_vllm: bool = MISSING
     vllm_mode: str = MISSING
+    vllm_server_base_url: Optional[str] = MISSING
+    vllm_server_host: str = MISSING
+    vllm_server_port: int = MISSING
 
 
 @dataclass
@@ -399,6 +426,7 @@ class FitConfig:
 
 @dataclass
 class BuildConfig(PolicyGroups):
+    executor: Any = MISSING               # local | ray: their own schemas type it
     kind: str = MISSING
     splits: List[str] = MISSING
     val_fraction: float = MISSING
@@ -420,6 +448,7 @@ class BuildConfig(PolicyGroups):
 
 @dataclass
 class RolloutConfig(PolicyGroups):
+    executor: Any = MISSING               # local | ray: their own schemas type it
     agent: AgentSettings = MISSING        # type: ignore[valid-type]
     mode: str = MISSING
     reasoning: bool = MISSING
@@ -470,6 +499,7 @@ class ReportGroups(PolicyGroups):
 
 @dataclass
 class EvaluateConfig(ReportGroups):
+    executor: Any = MISSING               # local | ray: their own schemas type it
     arms: Arms = MISSING
     reference: str = MISSING
 
@@ -531,6 +561,8 @@ SCHEMAS: list[tuple[str | None, str, type]] = [
     ("agent", "schema", AgentSettings),
     ("pte", "schema", PTESettings),
     ("checkpoints", "schema", CheckpointsConfig),
+    ("executor", "local_schema", LocalExecutorConfig),
+    ("executor", "ray_schema", RayExecutorConfig),
     ("recipe", "tool_sft_schema", ToolSFTRecipe),
     ("recipe", "pte_grpo_schema", PTEGRPORecipe),
     ("recipe", "probe_prefill_schema", ProbePrefillRecipe),

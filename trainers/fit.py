@@ -64,6 +64,26 @@ def is_rank_zero() -> bool:
     return all(int(os.environ.get(k, 0) or 0) == 0 for k in ("RANK", "LOCAL_RANK", "NODE_RANK"))
 
 
+def launched_rank() -> int | None:
+    """This process's global rank when ``torchrun``/``accelerate launch`` started it (torch elastic sets
+    ``TORCHELASTIC_RUN_ID``), else None (one process, or Lightning's own DDP launcher, which passes its ranks
+    their Hydra settings itself)."""
+    if "TORCHELASTIC_RUN_ID" not in os.environ or int(os.environ.get("WORLD_SIZE", "1")) < 2:
+        return None
+    return int(os.environ.get("RANK", "0"))
+
+
+def rank_overrides(argv: list[str]) -> list[str]:
+    """Hydra settings for a non-zero rank of an ``accelerate launch``/``torchrun`` job, so that it writes no file
+    rank 0 writes: no ``.hydra/`` copy of the config, and its log in ``fit_rank<N>.log`` instead of ``fit.log``.
+    Every rank composes the same config (the recipe and its export directory are agreed on after the process
+    group starts: ``trainers.policy.common.shared_run``), as Lightning's launcher does for its ranks."""
+    rank = launched_rank()
+    if not rank or any(a.startswith(("hydra.job.name=", "hydra.output_subdir=")) for a in argv):
+        return []
+    return ["hydra.output_subdir=null", f"hydra.job.name=fit_rank{rank}"]
+
+
 def resolve(name: str):
     if name not in RECIPES:
         raise SystemExit(f"unknown recipe {name!r}; available: {sorted(RECIPES)}")
@@ -87,4 +107,5 @@ def main(cfg: DictConfig) -> float:
 
 
 if __name__ == "__main__":
+    sys.argv += rank_overrides(sys.argv[1:])
     sys.exit(main())

@@ -37,6 +37,15 @@ def setup_wandb_env(cfg: DictConfig, run_dir: Path) -> None:
     os.environ.setdefault("WANDB_SILENT", "true")
 
 
+def set_run_group(cfg: DictConfig, run_name: str) -> None:
+    """The W&B group of a training run, the same on every rank of a multi-process launch: ``logger.group``, else
+    ``<recipe>-<run name>`` (the run name is rank 0's, so all ranks agree). Only rank 0 starts a W&B run (the
+    trainer's callback runs on the main process); anything another rank logs joins the group."""
+    if cfg.logger.name != "wandb":
+        return
+    os.environ.setdefault("WANDB_RUN_GROUP", cfg.logger.get("group") or f"{cfg.recipe.name}-{run_name}")
+
+
 def log_report(cfg: DictConfig, job_type: str, tables: dict[str, tuple[list[str], list[list]]],
                files: list[Path]) -> None:
     """One W&B run for a report job (evaluate, factorized): its tables and PNG plots, config attached."""

@@ -3,16 +3,22 @@ KV cache the following generation reuses.
 
 Generation itself is ``model.generate`` (stop strings, sampling, EOS handling are the library's).
 The only hand-written part is the prefill forward: ``generate`` cannot hand back intermediate hidden
-states *and* continue from them, so we run the prompt once ourselves with ``output_hidden_states`` and
-give ``generate`` that cache, cropped by one token when nothing was appended (``generate`` needs at
-least one uncached input token; recomputing one token costs ~nothing next to the prompt).
+states *and* continue from them, so we run the prompt once ourselves, read the hidden states the probe needs
+with forward hooks (:func:`last_token_states`), and give ``generate`` that cache, cropped by one token when
+nothing was appended (``generate`` needs at least one uncached input token; recomputing one token costs
+~nothing next to the prompt).
+
+An ``HFBackend`` on a *base* model (``AutoModel``: no LM head, ``can_generate()`` false) only reads hidden
+states: the probe-only copy beside a vLLM engine (``data_builders/backends/loading.py``), which needs neither
+the LM head's weights nor a KV cache.
 """
 from __future__ import annotations
 
 import hashlib
 import inspect
 import json
-from typing import Any, Hashable, Sequence
+from contextlib import contextmanager
+from typing import Any, Hashable, Iterator, Sequence
 
 import torch
 from transformers import DynamicCache, LogitsProcessorList
@@ -40,6 +46,38 @@ def _position_ids(mask: torch.Tensor) -> torch.Tensor:
     # Same rule as transformers' generate: positions count real tokens only, so left padding and
     # padding inside an appended prefill do not shift the rotary positions.
     return (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0)
+
+
+@contextmanager
+def last_token_states(model, layers: Sequence[int]) -> Iterator[dict[int, torch.Tensor]]:
+    """Hidden states of the last position of each row, read by forward hooks while the forward runs.
+
+    Index ``l < n_layers`` is the input of decoder layer ``l`` (0: the embeddings), index ``n_layers`` the
+    final norm's output: the tensors transformers' ``output_hidden_states`` returns (tested), without asking the
+    model to return every layer's full [batch, seq, d] states only for us to slice the last row (on the embedded
+    model the peak memory is the same either way, benchmarks/probe_memory.py: the KV cache and attention dominate).
+    Rows are left-padded, so position -1 is every row's last real token.
+    """
+    decoder = model.get_decoder()
+    n = model.config.num_hidden_layers
+    got: dict[int, torch.Tensor] = {}
+
+    def keep(index: int, h: torch.Tensor) -> None:
+        got[index] = h[:, -1, :].detach()
+
+    handles = []
+    for index in sorted(set(layers)):
+        if index < n:
+            handles.append(decoder.layers[index].register_forward_pre_hook(
+                lambda _m, args, kwargs, i=index: keep(i, args[0] if args else kwargs["hidden_states"]),
+                with_kwargs=True))
+        else:
+            handles.append(decoder.norm.register_forward_hook(lambda _m, _args, out: keep(n, out)))
+    try:
+        yield got
+    finally:
+        for h in handles:
+            h.remove()
 
 
 class _LogprobRecorder:
@@ -148,18 +186,22 @@ class HFBackend(ChatText, Backend):
         if bad:
             raise ValueError(f"layers {bad} out of range 0..{self.n_layers} for {self.model_id}")
         hidden = torch.empty(len(prompts), len(layers), self.d_model, dtype=torch.float32)
+        # A generating model keeps the prompt's KV cache for the generation that continues it (one logit row
+        # is computed and dropped); a probe-only base model keeps nothing.
+        generates = self.model.can_generate()
+        extra = {"use_cache": True, "logits_to_keep": 1} if generates else {"use_cache": False}
         chunks = []
         for idx in self._chunks(prompts):
             enc = self._encode([prompts[i] for i in idx])
-            out = self.model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"],
-                             position_ids=_position_ids(enc["attention_mask"]), use_cache=True,
-                             output_hidden_states=True, logits_to_keep=1)
-            hs = out.hidden_states
-            hidden[idx] = torch.stack([hs[l][:, -1, :] for l in layers], dim=1).float().cpu()
-            cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
-            chunks.append({"idx": idx, "input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"],
-                           "cache": cache})
-            del out, hs
+            with last_token_states(self.model, layers) as got:
+                out = self.model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"],
+                                 position_ids=_position_ids(enc["attention_mask"]), **extra)
+            hidden[idx] = torch.stack([got[l] for l in layers], dim=1).float().cpu()
+            if generates:
+                cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
+                chunks.append({"idx": idx, "input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"],
+                               "cache": cache})
+            del out, got
         return PrefillState(prompts=list(prompts), layers=layers, hidden=hidden, _resume={"chunks": chunks})
 
     # ---------------------------------------------------------------- generation
@@ -178,6 +220,9 @@ class HFBackend(ChatText, Backend):
     def generate(self, prompts: Sequence[str], params: SamplingParams = SamplingParams(), *,
                  prefill_state: PrefillState | None = None, return_logprobs: bool = False,
                  cache_keys: Sequence[Hashable] | None = None) -> list[Generation]:
+        if not self.model.can_generate():
+            raise RuntimeError(f"{self.model_id}: this HF copy was loaded without its LM head (probe_only) and only "
+                               "reads hidden states; generation runs on the engine beside it")
         prompts = list(prompts)
         if cache_keys is not None and len(cache_keys) != len(prompts):
             raise ValueError("cache_keys must give one key per prompt")

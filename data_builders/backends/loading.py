@@ -19,7 +19,7 @@ from typing import Any, Callable
 import torch
 from huggingface_hub import constants, try_to_load_from_cache
 from omegaconf import OmegaConf
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
 
 from controllers.names import is_repo_id, looks_like_path
 
@@ -167,18 +167,21 @@ def _save_atomically(model, tok, target: Path, extra: dict[str, str] | None = No
 
 def load_backend(model: str = "smollm2", *, gguf_file: str | None = None, adapter: str | None = None,
                  dtype: str = "auto", max_batch_size: int = 32, max_batch_tokens: int = 16384,
-                 model_id: str | None = None, device: str = "auto") -> HFBackend:
+                 model_id: str | None = None, device: str = "auto", probe_only: bool = False) -> HFBackend:
     """``model``: an alias of the embedded default (``smollm2``), a hub id, a local directory, or a
     ``.gguf`` file (or a directory plus ``gguf_file``). ``device``: ``auto`` (CUDA when available),
-    ``cpu``, ``cuda`` or ``cuda:N``; ``dtype``: ``auto`` or a dtype name (:func:`resolve_dtype`)."""
+    ``cpu``, ``cuda`` or ``cuda:N``; ``dtype``: ``auto`` or a dtype name (:func:`resolve_dtype`).
+    ``probe_only``: load the base model without its LM head (``AutoModel``), for hidden-state reads only (the
+    probe's copy beside a vLLM engine): an untied head is vocab x d weights (1.05 GB of an 8B Llama 3 in bf16)."""
     device = resolve_device(device)
+    auto_cls = AutoModel if probe_only else AutoModelForCausalLM
     torch_dtype = getattr(torch, resolve_dtype(dtype, device))
     # resolved first: a missing adapter fails before seconds of model loading; the fingerprint keeps the name as
     # given, not a machine path
     adapter_path = resolve_adapter(adapter)
     if model in EMBEDDED_ALIASES:
         path, mid = str(embedded_model_dir()), EMBEDDED_ID
-        hf_model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
+        hf_model = auto_cls.from_pretrained(path, dtype=torch_dtype)
         tok = AutoTokenizer.from_pretrained(path)
     elif gguf_file or str(model).endswith(".gguf"):
         base = resolve_model(model)
@@ -190,7 +193,7 @@ def load_backend(model: str = "smollm2", *, gguf_file: str | None = None, adapte
     else:
         path = resolve_model(model)
         try:
-            hf_model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
+            hf_model = auto_cls.from_pretrained(path, dtype=torch_dtype)
         except OSError as e:
             if Path(path).exists():   # a local directory that is not a model: transformers' message names it
                 raise
@@ -255,16 +258,20 @@ def _vllm_from_config(model: Any, backend: Any):
     import_vllm()   # fail with the install hint before any merging work
     path, mid = model_directory(model.name, gguf_file=model.get("gguf_file"), adapter=model.get("adapter"),
                                 dtype=dtype)
-    # The probe read's HF copy: on the GPU beside vLLM (lower gpu_memory_utilization for big models) or
-    # wherever backend.probe_device says, in model.dtype resolved for that device.
+    # The probe read's HF copy: vLLM 0.x exposes no intermediate layers to an offline LLM (docs/guide.md,
+    # "Scaling out"), so the probe reads a base-model copy (no LM head, no KV cache kept) on the GPU beside vLLM
+    # (lower gpu_memory_utilization by its size) or wherever backend.probe_device says, in model.dtype for that device.
     hf_device = backend.get("probe_device") or device
     return VLLMBackend(path, model_id=mid, adapter=model.get("adapter"), dtype=dtype,
                        device=device, max_model_len=backend.get("max_model_len"),
                        gpu_memory_utilization=backend.get("gpu_memory_utilization", 0.85),
+                       tensor_parallel_size=backend.get("tensor_parallel_size", 1),
+                       pipeline_parallel_size=backend.get("pipeline_parallel_size", 1),
+                       data_parallel_size=backend.get("data_parallel_size", 1), max_num_seqs=backend.get("max_num_seqs"),
                        enforce_eager=backend.get("enforce_eager"),
                        enable_prefix_caching=backend.get("enable_prefix_caching", True), seed=backend.get("seed", 0),
                        hf_loader=lambda: load_backend(path, dtype=model.get("dtype", "auto"), model_id=mid,
-                                                      adapter=None, device=hf_device),
+                                                      adapter=None, device=hf_device, probe_only=True),
                        engine_kwargs=dict(backend.get("engine_kwargs") or {}))
 
 

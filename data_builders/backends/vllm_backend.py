@@ -60,8 +60,17 @@ class VLLMBackend(ChatText, Backend):
 
     def __init__(self, model_dir: str, *, model_id: str, adapter: str | None, dtype: str = "float32",
                  device: str = "cpu", max_model_len: int | None = None, gpu_memory_utilization: float = 0.85,
-                 enforce_eager: bool | None = None, enable_prefix_caching: bool = True, seed: int = 0,
-                 hf_loader=None, engine_kwargs: dict[str, Any] | None = None):
+                 tensor_parallel_size: int = 1, pipeline_parallel_size: int = 1, data_parallel_size: int = 1,
+                 max_num_seqs: int | None = None, enforce_eager: bool | None = None,
+                 enable_prefix_caching: bool = True, seed: int = 0, hf_loader=None,
+                 engine_kwargs: dict[str, Any] | None = None):
+        if data_parallel_size != 1:
+            # vllm.LLM refuses data_parallel_size > 1 in one process (it may hang); replicas are processes.
+            raise ValueError(
+                f"backend.data_parallel_size={data_parallel_size}: one in-process vLLM engine is one replica. For N "
+                "replicas run N engines: executor=ray executor.workers=N (each worker one engine of "
+                "tensor_parallel_size GPUs), or serve with `vllm serve <model> --data-parallel-size N` and use "
+                "backend=openai backend.base_url=http://<host>:8000/v1.")
         vllm = import_vllm()
         self.model_dir = model_dir
         self.model_id = model_id
@@ -77,9 +86,17 @@ class VLLMBackend(ChatText, Backend):
                                   # compiled mode recompiles at every start on CPU (30-50 s); eager is the
                                   # faster choice for short runs there. GPUs keep CUDA graphs.
                                   enforce_eager=(device == "cpu") if enforce_eager is None else enforce_eager,
-                                  distributed_executor_backend="uni", disable_log_stats=True)
+                                  tensor_parallel_size=int(tensor_parallel_size),
+                                  pipeline_parallel_size=int(pipeline_parallel_size),
+                                  # one device: the engine runs in this process (no worker spawn); more: vLLM's
+                                  # multiprocessing workers, one per GPU
+                                  distributed_executor_backend=(
+                                      "uni" if tensor_parallel_size * pipeline_parallel_size == 1 else "mp"),
+                                  disable_log_stats=True)
         if max_model_len:
             kw["max_model_len"] = int(max_model_len)
+        if max_num_seqs:
+            kw["max_num_seqs"] = int(max_num_seqs)
         if device != "cpu":
             kw["gpu_memory_utilization"] = gpu_memory_utilization
         kw.update(engine_kwargs or {})

@@ -7,17 +7,23 @@
 - ``train_tasks``: the train-task mix (built-in generators, plus When2Tool's train files when a path is set);
 - ``train``: the timed ``trainer.train()`` and its summary metrics;
 - ``export_adapter``: the adapter, its metrics, the resolved config and a Hugging Face model card.
+
+Under ``accelerate launch`` (``recipes/accelerate/``) every rank runs the recipe: ``shared_run`` starts the process
+group and gives every rank rank 0's run and export directories; ``export_adapter`` gathers the weights on every
+rank (ZeRO-3/FSDP shard them) and rank 0 alone writes.
 """
 from __future__ import annotations
 
 import json
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import torch
+from accelerate import PartialState
+from accelerate.utils import broadcast_object_list
 from huggingface_hub import ModelCard, ModelCardData
 from omegaconf import DictConfig, OmegaConf
 from peft import PeftModel, get_peft_model
@@ -28,6 +34,7 @@ from data_builders.backends.loading import (EMBEDDED_ALIASES, EMBEDDED_ID, model
                                             resolve_device, resolve_dtype)
 from data_builders.tasks import Task, load_tasks
 from trainers.fit import RunInfo
+from trainers.tracking import set_run_group
 
 
 # ---------------------------------------------------------------------------- the policy
@@ -38,6 +45,7 @@ class Policy:
     base_id: str                  # what cards and adapter_config.json name as the base: hub id or the path given
     start_adapter: str | None     # ``model.adapter`` as given; None: a fresh LoRA from ``recipe.lora``
     use_cpu: bool                 # the resolved ``model.device`` is the CPU (else accelerate places it on a GPU)
+    path: str | None = None       # the local directory the base and tokenizer were loaded from
 
 
 def base_model_id(model: DictConfig) -> str:
@@ -97,7 +105,22 @@ def load_policy(model: DictConfig, lora: DictConfig) -> Policy:
     # peft records the path the weights were read from (the embedded model's cache directory) or, for a
     # start adapter, whatever base that adapter recorded; the export names the real base instead.
     peft_model.peft_config["default"].base_model_name_or_path = base_id
-    return Policy(peft_model, tokenizer, base_id, model.adapter or None, use_cpu=use_cpu)
+    return Policy(peft_model, tokenizer, base_id, model.adapter or None, use_cpu=use_cpu, path=str(path))
+
+
+# ---------------------------------------------------------------------------- processes
+def shared_run(run: RunInfo, export_dir: Path, cfg: DictConfig, *, use_cpu: bool) -> tuple[RunInfo, Path]:
+    """Starts accelerate's process state (the one TRL's trainer then uses; gloo on the CPU) and returns rank 0's
+    run directory and export directory on every rank. Each rank composed its own config, so timestamped
+    directories (``${now:...}``) can differ by a second between ranks; rank 0's are the run's. Also names the
+    W&B group every rank reports to (``set_run_group``). One process: the arguments unchanged."""
+    state = PartialState(cpu=use_cpu)
+    if state.num_processes > 1:
+        paths = [str(run.dir), str(export_dir)]
+        broadcast_object_list(paths, from_process=0)
+        run, export_dir = replace(run, dir=Path(paths[0])), Path(paths[1])
+    set_run_group(cfg, export_dir.name)
+    return run, export_dir
 
 
 # ---------------------------------------------------------------------------- trainer arguments
@@ -112,6 +135,9 @@ def trainer_args(run: RunInfo, export_dir: Path, train: DictConfig, policy: Poli
                 seed=train.seed, max_steps=train.max_steps, learning_rate=train.lr,
                 lr_scheduler_type=train.scheduler, use_cpu=policy.use_cpu, save_strategy="no",
                 bf16=train.bf16, fp16=train.fp16, gradient_checkpointing=train.gradient_checkpointing,
+                # DDP: every trainable (LoRA) weight is used in each forward (frozen ones are not trainable), so
+                # skip DDP's per-step search for unused parameters, which transformers turns on for peft models
+                ddp_find_unused_parameters=False,
                 dataloader_num_workers=0, disable_tqdm=False)
 
 
@@ -179,11 +205,25 @@ Load: `model=hf model.name={cfg.model.name} model.adapter=<this directory>` in a
 """)
 
 
-def export_adapter(model: PeftModel, export_dir: Path, card: ModelCard, cfg: DictConfig, metrics: dict) -> None:
+def export_adapter(trainer, export_dir: Path, card: ModelCard, cfg: DictConfig, metrics: dict) -> None:
     """``adapter_config.json`` + ``adapter_model.safetensors`` (no base weights), ``README.md`` (the card),
-    ``metrics.json`` and the resolved config ``train_config.yaml``."""
-    export_dir.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(str(export_dir))
+    ``metrics.json`` and the resolved config ``train_config.yaml``.
+
+    Every rank must call it: the full state dict is a collective under ZeRO-3 and FSDP (accelerate gathers the
+    shards; a no-op copy otherwise). Rank 0 alone writes; the others wait until it has, so no rank exits (and
+    tears the process group down) while rank 0 still saves."""
+    accelerator = trainer.accelerator
+    state_dict = accelerator.get_state_dict(trainer.model_wrapped)
+    if accelerator.is_main_process:
+        export_dir.mkdir(parents=True, exist_ok=True)
+        model: PeftModel = accelerator.unwrap_model(trainer.model)
+        # peft picks the adapter's tensors out of the full state dict and writes only those
+        model.save_pretrained(str(export_dir), state_dict=state_dict)
+        _write_papers(export_dir, card, cfg, metrics)
+    accelerator.wait_for_everyone()
+
+
+def _write_papers(export_dir: Path, card: ModelCard, cfg: DictConfig, metrics: dict) -> None:
     card.save(export_dir / "README.md")
     (export_dir / "metrics.json").write_text(json.dumps(metrics, indent=2, default=str))
     (export_dir / "train_config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))

@@ -24,8 +24,17 @@ How, top to bottom:
    mean reward of the last quarter of the rollout batches.
 
 Generation runs on the trainer's own model (HF ``generate`` through toolwise's HF backend) or, with
-``recipe.generation.use_vllm=true`` and the ``vllm`` extra, on TRL's colocated vLLM engine, whose weights
-TRL syncs before each rollout.
+``recipe.generation.use_vllm=true`` and the ``vllm`` extra, on TRL's vLLM: ``vllm_mode=colocate`` (an engine
+in each training process) or ``vllm_mode=server`` (``trl vllm-serve`` on other GPUs, reached at
+``vllm_server_base_url`` or ``vllm_server_host``:``vllm_server_port``). TRL pushes the current weights before
+each rollout (a LoRA is merged into the base for the push, then unmerged); in server mode every rank then
+sends its episodes' turns to the server's OpenAI-compatible ``/v1/completions`` through toolwise's
+``OpenAIBackend`` (the ``openai`` extra), the same agent loop as every other backend.
+
+Under ``accelerate launch`` (``recipes/accelerate/``) each rank rolls out the prompts TRL's sampler gives it (a
+GRPO group of ``num_generations`` episodes may span ranks); the PTE normaliser, OTC's fewest-calls estimate and
+the rollout history are computed over the whole batch gathered from every rank, so they are those of one
+process running the same batch.
 """
 from __future__ import annotations
 
@@ -35,23 +44,30 @@ import random
 import re
 import time
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import torch
+from accelerate import PartialState
+from accelerate.utils import gather_object
 from datasets import Dataset
 from omegaconf import DictConfig, OmegaConf
 from trl import GRPOConfig, GRPOTrainer
+from trl.distributed import DistributedBackend
+from trl.models import unwrap_model_for_generation
 
 from data_builders.agent.loop import Agent, AgentConfig
 from data_builders.agent.trajectory import Trajectory
 from data_builders.backends.hf import HFBackend
+from data_builders.backends.openai_backend import OpenAIBackend
 from data_builders.backends.vllm_backend import VLLMBackend
 from data_builders.metrics.pte import PTEConfig
 from data_builders.tasks.schema import task_key
 from trainers.fit import Fitted, RunInfo
-from trainers.policy.common import adapter_card, export_adapter, load_policy, train, train_tasks, trainer_args
-from trainers.policy.rewards import reward_setup
+from trainers.policy.common import (adapter_card, export_adapter, load_policy, shared_run, train, train_tasks,
+                                    trainer_args)
+from trainers.policy.rewards import fewest_correct_calls, reward_setup
 
 log = logging.getLogger(__name__)
 
@@ -108,15 +124,37 @@ def episode_tokens(traj: Trajectory, tokenizer, render: Callable[[list[dict]], s
 
 
 # ---------------------------------------------------------------------------- the rollout (TRL rollout_func)
+def batch_summary(rows: list[dict]) -> dict:
+    """Means over a rollout batch's episodes (``correct``, ``tool_calls``, ``pte``, ``format_errors``): the
+    numbers of the model card's rollout table. ``rows`` is the whole batch, gathered from every rank."""
+    n = len(rows)
+    return {"episodes": n, "accuracy": sum(r["correct"] for r in rows) / n,
+            "tool_calls": sum(r["tool_calls"] for r in rows) / n, "pte": sum(r["pte"] for r in rows) / n,
+            "format_errors": sum(r["format_errors"] for r in rows) / n}
+
+
+def server_url(args: GRPOConfig) -> str:
+    """The OpenAI-compatible root of TRL's vLLM server (``trl vllm-serve``), from the same fields TRL's own
+    client reads: ``vllm_server_base_url``, else ``http://vllm_server_host:vllm_server_port``."""
+    base = args.vllm_server_base_url or f"http://{args.vllm_server_host}:{args.vllm_server_port}"
+    return base.rstrip("/") + "/v1"
+
+
 class ToolRollout:
     """TRL ``rollout_func``: runs toolwise's agent loop on a batch of prompts (``num_generations`` copies
-    each, as TRL's sampler repeats them) and returns token sequences plus the fields the rewards read."""
+    each, as TRL's sampler repeats them) and returns token sequences plus the fields the rewards read.
+
+    Under ``accelerate launch`` each rank gets its own share of the batch (TRL's sampler splits it in rank
+    order) and runs it on its own engine; what needs the whole batch (the ``auto`` PTE normaliser, OTC's
+    fewest correct calls per task, the rollout history) is computed from every rank's episodes, gathered."""
 
     def __init__(self, tasks_by_prompt: dict[str, Any], tokenizer, *, agent: dict, pte_cfg, normaliser,
-                 model_id: str, seed: int = 0, extra: dict | None = None, batch_limits: dict | None = None):
+                 model_id: str, seed: int = 0, extra: dict | None = None, batch_limits: dict | None = None,
+                 tokenizer_path: str | None = None):
         self.tasks = tasks_by_prompt
         self.extra = dict(extra or {})     # scalars every reward call gets (e.g. OTC's c)
         self.tokenizer = tokenizer
+        self.tokenizer_path = tokenizer_path   # what a server backend loads to count tokens as the server does
         self.agent_kw = dict(agent)
         self.pte_cfg = pte_cfg
         self.normaliser = None if normaliser in (None, "auto") else float(normaliser)
@@ -124,12 +162,32 @@ class ToolRollout:
         self.batch_limits = dict(batch_limits or {})   # HF generation: max_batch_size / max_batch_tokens
         self.seed = seed
         self.gamma: float | None = None
-        self.history: list[dict] = []      # one summary per rollout batch (the model card's curves)
+        self.history: list[dict] = []      # one summary per rollout batch, all ranks (the model card's curves)
 
+    @contextmanager
     def backend(self, trainer):
-        if getattr(trainer, "use_vllm", False):
-            return VLLMBackend.wrap(trainer.vllm_generation.llm, self.tokenizer, model_id=self.model_id)
-        return HFBackend(trainer.model, self.tokenizer, model_id=self.model_id, **self.batch_limits)
+        """The engine this rank's episodes run on, for the duration of one rollout."""
+        if getattr(trainer, "use_vllm", False) and trainer.vllm_mode == "server":
+            if self.tokenizer_path is None:
+                raise ValueError("vLLM server mode needs the policy's tokenizer path (ToolRollout tokenizer_path)")
+            # TRL pushed the weights from rank 0 just before this call; no rank may ask the server for tokens
+            # while that push is still going on
+            trainer.accelerator.wait_for_everyone()
+            yield OpenAIBackend(base_url=server_url(trainer.args), tokenizer=self.tokenizer_path, vllm_extras=True)
+        elif getattr(trainer, "use_vllm", False):
+            yield VLLMBackend.wrap(trainer.vllm_generation.llm, self.tokenizer, model_id=self.model_id)
+        else:
+            if DistributedBackend(trainer.accelerator).is_fsdp and trainer.accelerator.num_processes > 1:
+                # FSDP all-gathers layer by layer inside every forward, so ranks must run the same number of
+                # forwards; multi-turn episodes end after different numbers of turns on each rank
+                raise ValueError("FSDP with HF-generate rollouts would deadlock (ranks run different numbers of "
+                                 "forwards); set recipe.generation.use_vllm=true (colocate or server), or use "
+                                 "DDP / DeepSpeed ZeRO (recipes/accelerate/)")
+            # the trainer's own weights, unwrapped from DDP (ZeRO-3: gathered for the rollout, as TRL does)
+            with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator,
+                                             gather_deepspeed3_params=trainer.args.ds3_gather_for_generation
+                                             ) as model:
+                yield HFBackend(model, self.tokenizer, model_id=self.model_id, **self.batch_limits)
 
     def __call__(self, prompts: list[str], trainer) -> dict[str, list]:
         unknown = [p for p in prompts if p not in self.tasks]
@@ -139,46 +197,56 @@ class ToolRollout:
         tasks = [self.tasks[p] for p in prompts]
         args = trainer.args
         step = int(trainer.state.global_step)
+        rank = trainer.accelerator.process_index
         was_training = trainer.model.training
-        backend = self.backend(trainer)
-        cfg = AgentConfig(**{**self.agent_kw, "temperature": args.temperature, "top_p": args.top_p,
-                             "seed": self.seed * 100_003 + step * 101, "keep_token_ids": True, "logprobs": True,
-                             "max_in_flight": len(tasks)})
-        agent = Agent(backend, cfg)
         start = time.perf_counter()
-        try:
-            with torch.no_grad():
-                trajs = agent.run(tasks)
-        finally:
-            trainer.model.train(was_training)
+        with self.backend(trainer) as backend:
+            # rank 0 keeps the one-process seed; other ranks sample differently even for the same prompt
+            cfg = AgentConfig(**{**self.agent_kw, "temperature": args.temperature, "top_p": args.top_p,
+                                 "seed": self.seed * 100_003 + step * 101 + rank * 1_000_003,
+                                 "keep_token_ids": True, "logprobs": True, "max_in_flight": len(tasks)})
+            agent = Agent(backend, cfg)
+            try:
+                with torch.no_grad():
+                    trajs = agent.run(tasks)
+            finally:
+                trainer.model.train(was_training)
+            if self.gamma is None:
+                self.gamma = self.pte_cfg.gamma_for(backend)
         seconds = time.perf_counter() - start
-        if self.gamma is None:
-            self.gamma = self.pte_cfg.gamma_for(backend)
         ptes = [self.pte_cfg.trajectory_pte(t, self.gamma) for t in trajs]
+        keys = [task_key(task) for task in tasks]
+        local = [{"task_key": k, "correct": bool(t.correct), "tool_calls": int(t.tool_calls), "pte": p,
+                  "format_errors": int(t.format_errors)} for k, t, p in zip(keys, trajs, ptes)]
+        # every rank's episodes, in TRL's global batch order (rank by rank); one process: its own
+        batch = gather_object(local)
         if self.normaliser is None:
             # "auto": the starting policy's mean PTE on the first batch, then fixed for the run, so
             # λ = 1 prices an average episode of the start policy at one correct answer.
-            self.normaliser = max(sum(ptes) / len(ptes), 1e-9)
+            self.normaliser = max(sum(r["pte"] for r in batch) / len(batch), 1e-9)
             log.info("PTE normaliser (auto, mean PTE of the first rollout batch): %.1f", self.normaliser)
+        best = fewest_correct_calls([r["task_key"] for r in batch], [r["correct"] for r in batch],
+                                    [r["tool_calls"] for r in batch])
         seqs = [episode_tokens(t, self.tokenizer, agent.renderer(task)) for t, task in zip(trajs, tasks)]
-        n = len(trajs)
-        self.history.append({"step": step, "episodes": n, "seconds": round(seconds, 1),
-                             "accuracy": sum(t.correct for t in trajs) / n,
-                             "tool_calls": sum(t.tool_calls for t in trajs) / n,
-                             "pte": sum(ptes) / n, "format_errors": sum(t.format_errors for t in trajs) / n})
-        log.info("rollout step %d: %s", step, json.dumps(self.history[-1]))
+        # the slowest rank's time: the batch is done when every rank is
+        self.history.append({"step": step, **batch_summary(batch),
+                             "seconds": round(max(gather_object([seconds])), 1)})
+        log.info("rollout step %d (rank %d: %d episodes of %s, normaliser %.6g, otc n %s): %s", step, rank,
+                 len(trajs), json.dumps(keys), self.normaliser, json.dumps(best, sort_keys=True),
+                 json.dumps(self.history[-1]))
 
         return {
             "prompt_ids": [s.prompt_ids for s in seqs],
             "completion_ids": [s.completion_ids for s in seqs],
             "logprobs": [s.logprobs for s in seqs],
             "env_mask": [s.env_mask for s in seqs],
-            "correct": [bool(t.correct) for t in trajs],
-            "tool_calls": [int(t.tool_calls) for t in trajs],
-            "format_errors": [int(t.format_errors) for t in trajs],
+            "correct": [r["correct"] for r in local],
+            "tool_calls": [r["tool_calls"] for r in local],
+            "format_errors": [r["format_errors"] for r in local],
             "pte": ptes,
             "pte_normalised": [p / self.normaliser for p in ptes],
-            "task_key": [task_key(task) for task in tasks],
+            "task_key": keys,
+            "otc_best": [best.get(k) for k in keys],   # OTC's n over the whole group, across ranks
             **self.extra,
         }
 
@@ -229,26 +297,32 @@ def fit(recipe: DictConfig, cfg: DictConfig, run: RunInfo) -> Fitted:
     rollout = ToolRollout(by_prompt, policy.tokenizer, agent=agent_kw, pte_cfg=pte_cfg, normaliser=r.normaliser,
                           model_id=policy.base_id, seed=t.seed, extra={"otc_c": float(r.otc_c)},
                           batch_limits={"max_batch_size": cfg.model.max_batch_size,
-                                        "max_batch_tokens": cfg.model.max_batch_tokens})
+                                        "max_batch_tokens": cfg.model.max_batch_tokens},
+                          tokenizer_path=policy.path)
     funcs, weights = reward_setup(r.kind, r.lam)
 
-    export_dir = run.export_dir(recipe.output_dir)
-    batch = int(g.prompts_per_step) * int(g.num_generations)
-    micro = min(int(t.micro_batch), batch)
-    if batch % micro:
-        raise ValueError(f"train.micro_batch={micro} must divide prompts_per_step x num_generations = {batch}")
+    run, export_dir = shared_run(run, run.export_dir(recipe.output_dir), cfg, use_cpu=policy.use_cpu)
+    per_rank = rank_batch(int(g.prompts_per_step) * int(g.num_generations), PartialState().num_processes)
+    micro = min(int(t.micro_batch), per_rank)
+    if per_rank % micro:
+        raise ValueError(f"train.micro_batch={micro} must divide the episodes each process trains on per step "
+                         f"({per_rank})")
+    if g.vllm_mode not in ("colocate", "server"):
+        raise ValueError(f"recipe.generation.vllm_mode={g.vllm_mode!r}: choose colocate or server")
     args = GRPOConfig(
         **trainer_args(run, export_dir, t, policy), warmup_steps=t.warmup_steps,
         # one rollout batch per optimizer step, consumed in micro-batches: the loss's full-vocabulary
         # log-softmax over 16 episodes of ~1k tokens at once needs >20 GB on CPU
-        per_device_train_batch_size=micro, gradient_accumulation_steps=batch // micro,
-        steps_per_generation=batch // micro,
+        per_device_train_batch_size=micro, gradient_accumulation_steps=per_rank // micro,
+        steps_per_generation=per_rank // micro,
         num_generations=g.num_generations, temperature=g.temperature, top_p=g.top_p,
         max_completion_length=g.max_completion_length, beta=t.beta, loss_type=t.loss_type,
         scale_rewards=t.scale_rewards, reward_weights=weights, logging_steps=1,
-        use_vllm=g.use_vllm, vllm_mode=g.vllm_mode,
-        # TRL's colocated engine returns processed (temperature-scaled) log-probs of the sampled tokens, which
-        # the wrapped backend passes on: what the importance-sampling correction needs
+        use_vllm=g.use_vllm, vllm_mode=g.vllm_mode, vllm_server_base_url=g.vllm_server_base_url,
+        vllm_server_host=g.vllm_server_host, vllm_server_port=g.vllm_server_port,
+        # TRL's vLLM (colocated, or a server started by `trl vllm-serve`, which sets processed_logprobs) returns
+        # processed (temperature-scaled) log-probs of the sampled tokens, which the backends pass on: what the
+        # importance-sampling correction needs
         vllm_importance_sampling_correction=g.use_vllm,
     )
     trainer = GRPOTrainer(model=policy.model, reward_funcs=funcs, args=args, train_dataset=dataset,
@@ -270,11 +344,20 @@ def fit(recipe: DictConfig, cfg: DictConfig, run: RunInfo) -> Fitted:
     card = adapter_card(recipe=recipe, cfg=cfg, run=run, policy=policy, tags=["grpo", "pte"],
                         body=card_body(recipe, cfg.model.name, metrics, rollout.history), data_stats=data_stats,
                         metrics=metrics)
-    export_adapter(trainer.model, export_dir, card, cfg, metrics | history | {"data": data_stats})
+    export_adapter(trainer, export_dir, card, cfg, metrics | history | {"data": data_stats})
     log.info("adapter saved to %s; first batch %s; last batch %s", export_dir,
              json.dumps(rollout.history[0]) if rollout.history else None,
              json.dumps(rollout.history[-1]) if rollout.history else None)
     return Fitted(export_dir, objective=metrics["reward"], objective_name="reward", metrics=metrics)
+
+
+def rank_batch(episodes: int, processes: int) -> int:
+    """Episodes each process rolls out and trains on per step. ``prompts_per_step x num_generations`` is the
+    whole step's batch, however many processes share it, so a launch on more GPUs keeps the recipe's batch."""
+    if episodes % processes:
+        raise ValueError(f"recipe.generation: prompts_per_step x num_generations = {episodes} episodes per step "
+                         f"cannot be split evenly over {processes} processes")
+    return episodes // processes
 
 
 def last_reward(log_history: list[dict]) -> float:

@@ -2,7 +2,7 @@
 
 TRL calls each function with the batch's ``prompts`` and ``completions`` plus, as keyword lists, every
 field the rollout returned (``trainers/policy/grpo.py``: ``correct``, ``tool_calls``, ``pte``, ``pte_normalised``,
-``task_key``) and its own extras (``log_metric``, ``trainer_state``). The trainer sums them with
+``task_key``, ``otc_best``) and its own extras (``log_metric``, ``trainer_state``). The trainer sums them with
 ``reward_weights``; the recipe sets those so that
 
     reward = correctness − λ · PTE / normaliser               (reward.kind = pte)
@@ -14,7 +14,6 @@ multi-turn episode (``data_builders/metrics/pte.py``, one function for the evalu
 from __future__ import annotations
 
 import math
-from collections import defaultdict
 from typing import Any, Sequence
 
 
@@ -51,20 +50,35 @@ def otc_tool_score(m: int, n: int | None, c: float = 1.0) -> float:
     return math.sin(f * math.pi / (2 * n))
 
 
-def otc(prompts: Sequence[Any], completions: Sequence[Any], correct: Sequence[bool], tool_calls: Sequence[int],
-        task_key: Sequence[str], otc_c: Sequence[float] | float = 1.0, **kwargs) -> list[float]:
-    """OTC's multiplicative reward: correctness × r_tool(m, n), n estimated per task within the batch
-    (TRL's batches hold every generation of a prompt together)."""
-    c = float(otc_c[0] if isinstance(otc_c, (list, tuple)) else otc_c)
-    best: dict[str, int] = defaultdict(lambda: -1)
+def fewest_correct_calls(task_key: Sequence[str], correct: Sequence[bool],
+                         tool_calls: Sequence[int]) -> dict[str, int]:
+    """OTC's n per task: the fewest tool calls of a correct episode of that task in the batch; a task with no
+    correct episode is absent. The rollout computes it over the *whole* rollout batch, gathered from every rank
+    (a GRPO group of ``num_generations`` episodes can span two ranks), and hands it to :func:`otc` per episode
+    as ``otc_best``."""
+    best: dict[str, int] = {}
     for k, ok, m in zip(task_key, correct, tool_calls):
-        if ok and (best[k] < 0 or m < best[k]):
+        if ok and (k not in best or int(m) < best[k]):
             best[k] = int(m)
-    out = [float(ok) * otc_tool_score(int(m), best[k] if best[k] >= 0 else None, c)
-           for k, ok, m in zip(task_key, correct, tool_calls)]
-    _log(kwargs, "rollout/otc_tool_score", [otc_tool_score(int(m), best[k] if best[k] >= 0 else None, c)
-                                            for k, m in zip(task_key, tool_calls)])
-    return out
+    return best
+
+
+def otc(prompts: Sequence[Any], completions: Sequence[Any], correct: Sequence[bool], tool_calls: Sequence[int],
+        task_key: Sequence[str], otc_c: Sequence[float] | float = 1.0,
+        otc_best: Sequence[int | None] | None = None, **kwargs) -> list[float]:
+    """OTC's multiplicative reward: correctness × r_tool(m, n). ``otc_best``: n of each episode's task, computed
+    by the rollout over the whole group across ranks (None: no correct episode); without it, n is estimated from
+    the episodes given here, which is the whole group in one process (TRL's batches keep a prompt's generations
+    together) but only this rank's slice of it under ``accelerate launch``."""
+    c = float(otc_c[0] if isinstance(otc_c, (list, tuple)) else otc_c)
+    if otc_best is None:
+        best = fewest_correct_calls(task_key, correct, tool_calls)
+        otc_best = [best.get(k) for k in task_key]
+    if len(otc_best) != len(tool_calls):
+        raise ValueError(f"otc_best has {len(otc_best)} values for {len(tool_calls)} episodes")
+    scores = [otc_tool_score(int(m), None if n is None else int(n), c) for m, n in zip(tool_calls, otc_best)]
+    _log(kwargs, "rollout/otc_tool_score", scores)
+    return [float(ok) * s for ok, s in zip(correct, scores)]
 
 
 # kind -> (reward functions, the weight of each given λ)

@@ -15,6 +15,7 @@ trained further instead of a fresh LoRA from ``recipe.lora``.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import random
@@ -29,7 +30,8 @@ from trl import SFTConfig, SFTTrainer
 
 from data_builders.oracle.sft import build_examples
 from trainers.fit import Fitted, RunInfo
-from trainers.policy.common import adapter_card, export_adapter, load_policy, train, train_tasks, trainer_args
+from trainers.policy.common import (adapter_card, export_adapter, load_policy, shared_run, train, train_tasks,
+                                    trainer_args)
 from trainers.policy.tokenization import ConversationTooLong, tokenize_conversation
 
 log = logging.getLogger(__name__)
@@ -87,6 +89,25 @@ def build_data(recipe: DictConfig, tokenizer) -> SFTData:
     return SFTData(train_set, val_set, stats)
 
 
+def example_hash(input_ids) -> str:
+    """A short stable id of one tokenized example (its token ids), the same in every process."""
+    return hashlib.sha1(",".join(map(str, input_ids)).encode()).hexdigest()[:12]
+
+
+class LoggedCollator:
+    """The trainer's collator, logging at DEBUG which examples this rank trains on (``example_hash`` of each).
+    Under ``accelerate launch`` each rank reads its own shard of every global batch; ``hydra.verbose=
+    trainers.policy.sft`` shows the shards (``tests/trainers/test_policy_distributed.py`` checks they are disjoint)."""
+
+    def __init__(self, collate, rank: int):
+        self.collate, self.rank = collate, rank
+
+    def __call__(self, examples):
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("rank %d examples %s", self.rank, " ".join(example_hash(e["input_ids"]) for e in examples))
+        return self.collate(examples)
+
+
 CARD_BODY = """Teaches the When2Tool tool-call format (xml `<tool_call>`) and answers in `\\boxed{{}}`. Trained by
 `trainers/policy/sft.py` with TRL `SFTTrainer` + peft on oracle demonstrations of **train** tasks only (no
 test task is ever used); the loss covers the assistant turns only. Wall time {minutes:.1f} min on the
@@ -102,7 +123,8 @@ def fit(recipe: DictConfig, cfg: DictConfig, run: RunInfo) -> Fitted:
     log.info("SFT data: %s", json.dumps(data.stats))
     val = data.val if len(data.val) else None
 
-    export_dir = run.export_dir(recipe.output_dir)
+    run, export_dir = shared_run(run, run.export_dir(recipe.output_dir), cfg, use_cpu=policy.use_cpu)
+    # per_device_train_batch_size: conversations per process; a step takes batch_size x grad_accum x processes
     args = SFTConfig(
         **trainer_args(run, export_dir, t, policy), num_train_epochs=t.epochs, warmup_steps=t.warmup_ratio,
         per_device_train_batch_size=t.batch_size, per_device_eval_batch_size=t.batch_size,
@@ -110,6 +132,7 @@ def fit(recipe: DictConfig, cfg: DictConfig, run: RunInfo) -> Fitted:
         eval_strategy="no" if val is None else "steps", eval_steps=t.eval_steps, max_length=None)
     trainer = SFTTrainer(model=policy.model, args=args, train_dataset=data.train, eval_dataset=val,
                          processing_class=policy.tokenizer)
+    trainer.data_collator = LoggedCollator(trainer.data_collator, trainer.accelerator.process_index)
 
     metrics = train(trainer)
     if val is not None:
@@ -118,7 +141,7 @@ def fit(recipe: DictConfig, cfg: DictConfig, run: RunInfo) -> Fitted:
     card = adapter_card(recipe=recipe, cfg=cfg, run=run, policy=policy, tags=["sft"],
                         body=CARD_BODY.format(minutes=metrics["train_runtime_s"] / 60), data_stats=data.stats,
                         metrics=metrics)
-    export_adapter(trainer.model, export_dir, card, cfg, metrics | {"data": data.stats})
+    export_adapter(trainer, export_dir, card, cfg, metrics | {"data": data.stats})
     objective = "eval_loss" if "eval_loss" in metrics else "train_loss"
     log.info("adapter saved to %s; %s", export_dir, json.dumps(metrics))
     return Fitted(export_dir, objective=metrics[objective], objective_name=objective, metrics=metrics)

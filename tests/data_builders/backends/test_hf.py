@@ -162,3 +162,15 @@ def test_kv_reuse_with_probe_prefill_and_mismatched_prompt(tiny_backend):
     lcp = next(k for k, (a, b) in enumerate(zip(old, new + [None])) if a != b)
     assert 0 < got[0].cached_tokens == lcp < got[0].prompt_tokens
     tiny_backend.release(["a", "b", "c"])
+
+
+def test_probe_only_copy_reads_the_same_hidden_states_without_lm_head(tiny_model_dir, tiny_backend):
+    # The copy a vLLM backend loads for the probe: base model (no LM head), no KV cache kept.
+    reader = load_backend(str(tiny_model_dir), max_batch_size=4, probe_only=True)
+    assert not hasattr(reader.model, "lm_head") and not reader.model.can_generate()
+    ps = prompts(tiny_backend, 5)
+    state = reader.prefill(ps)
+    assert state._resume["chunks"] == []
+    torch.testing.assert_close(state.hidden, tiny_backend.prefill(ps).hidden, atol=1e-5, rtol=1e-5)
+    with pytest.raises(RuntimeError, match="probe_only"):
+        reader.generate(ps[:1], SamplingParams(max_new_tokens=2))

@@ -68,3 +68,45 @@ def test_adapter_paths(offline, tmp_path):
         loading.resolve_adapter("ck/nope")
     with pytest.raises(FileNotFoundError, match=r"HF_HUB_OFFLINE is set"):   # through the model config as well
         loading.backend_from_config({"name": "./no-model", "adapter": "ck/nope"})
+
+
+class _FakeVLLM:
+    """Stands in for the vllm module: records what ``vllm.LLM`` would be given (the real engine is tested in
+    tests/data_builders/backends/test_vllm.py, in the vLLM venv)."""
+
+    def __init__(self):
+        self.kwargs = None
+        fake = self
+
+        class LLM:
+            def __init__(self, **kw):
+                fake.kwargs = kw
+        self.LLM = LLM
+
+
+def test_vllm_scale_options_reach_the_engine_by_name(tiny_model_dir, monkeypatch):
+    from hydra import compose, initialize_config_dir
+
+    from recipes import CONFIG_DIR
+    fake = _FakeVLLM()
+    monkeypatch.setattr(loading, "import_vllm", lambda: fake)
+    monkeypatch.setattr("data_builders.backends.vllm_backend.import_vllm", lambda: fake)
+    monkeypatch.setattr(loading, "vllm_environment", lambda *a, **k: None)
+    with initialize_config_dir(CONFIG_DIR, version_base="1.3"):
+        cfg = compose("rollout", ["backend=vllm", "model=hf", f"model.name={tiny_model_dir}", "model.adapter=null",
+                                  "backend.tensor_parallel_size=4", "backend.max_num_seqs=64",
+                                  "backend.gpu_memory_utilization=0.6", "model.device=cuda"])
+    loading.backend_from_config(cfg.model, cfg.backend)
+    kw = fake.kwargs
+    assert (kw["tensor_parallel_size"], kw["max_num_seqs"], kw["gpu_memory_utilization"]) == (4, 64, 0.6)
+    assert kw["distributed_executor_backend"] == "mp" and kw["pipeline_parallel_size"] == 1
+    # one device: the engine stays in this process; vLLM's own default batch size when max_num_seqs is unset
+    cfg.backend.tensor_parallel_size, cfg.backend.max_num_seqs = 1, None
+    loading.backend_from_config(cfg.model, cfg.backend)
+    assert fake.kwargs["distributed_executor_backend"] == "uni" and "max_num_seqs" not in fake.kwargs
+
+
+def test_vllm_data_parallel_in_one_process_says_how_to_get_replicas(tiny_model_dir):
+    from data_builders.backends.vllm_backend import VLLMBackend
+    with pytest.raises(ValueError, match=r"data_parallel_size=2.*executor=ray executor.workers=N.*--data-parallel-size"):
+        VLLMBackend(str(tiny_model_dir), model_id="tiny", adapter=None, data_parallel_size=2)
