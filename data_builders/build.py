@@ -18,7 +18,7 @@ from tqdm.auto import tqdm
 
 from recipes import CONFIG_DIR
 
-from .backends.loading import backend_from_config
+from .executors import executor_from_config
 from .features import FEATURIZERS
 from .points.labelers import LABELERS, label_rule
 from .points.store import PointStore, load_points, task_hash
@@ -53,41 +53,48 @@ def counts_table(points) -> tuple[str, dict]:
     return "\n".join(lines), counts
 
 
+def label_shard(engine, shard: tuple, progress=None) -> tuple[list[dict], dict]:
+    """One shard's points: ``(kind, tasks, splits, builder settings)`` labelled on ``engine`` (runs where it is)."""
+    kind, tasks, splits, builder = shard
+    return LABELERS[kind](engine, tasks, splits, OmegaConf.create(builder))
+
+
 def run(cfg: DictConfig, command: str | None = None) -> dict:
     """Build (or resume) ``cfg.out_dir``; ``command`` is recorded in the manifest as how to rebuild it."""
     kind = cfg.kind
     if kind not in LABELERS:
         raise ValueError(f"unknown kind {kind!r}; choose one of {sorted(LABELERS)}")
     tasks = [t for split in cfg.splits for t in tasks_from_config(cfg, split)]
-    backend = backend_from_config(cfg.model, cfg.get("backend"))
     builder = {k: cfg.get(k) for k in ("max_rounds", "max_new_tokens", "call_format", "feature_mode", "layers",
                                        "forced_answer_tokens", "verify_rounds", "commit_mode", "commit_label", "val_fraction", "seed")}
+    builder = OmegaConf.to_container(OmegaConf.create(builder), resolve=True)
     shards = [tasks[i:i + cfg.shard_size] for i in range(0, len(tasks), cfg.shard_size)]
-    manifest = {"kind": kind, "task_hash": task_hash(tasks), "n_tasks": len(tasks), "n_shards": len(shards),
-                "task_source": OmegaConf.to_container(cfg.tasks, resolve=True), "backend": backend.fingerprint,
-                "featurizer": featurizer_id(kind), "label_rule": label_rule(kind, cfg), "shard_size": cfg.shard_size,
-                "builder": OmegaConf.to_container(OmegaConf.create(builder), resolve=True)}
-    # Opening locks the directory and verifies the finished shards: missing, truncated, swapped or foreign
-    # files are deleted there, so this loop recomputes exactly those (and the shards never finished).
-    with PointStore(cfg.out_dir, manifest, overwrite=cfg.overwrite) as store:
-        done = store.done()
-        labeler = LABELERS[kind]
-        with tqdm(total=len(tasks), desc=f"build {kind}", unit="task",
-                  initial=sum(len(shards[i]) for i in done)) as bar:
-            for i, chunk in enumerate(shards):
-                if i in done:
-                    continue
-                rows, tensors = labeler(backend, chunk, [split_of(t, cfg.val_fraction, cfg.seed) for t in chunk], cfg)
-                store.write_shard(i, rows, tensors)
-                bar.update(len(chunk))
-        ds = load_points(cfg.out_dir, require_complete=False)
-        table, counts = counts_table(ds.points)
-        positives = int(sum(ds.points["label"])) if len(ds) else 0
-        extra = {}
-        if kind == "flip" and len(ds):
-            extra = {"flip_classes": dict(Counter(ds.points["flip_class"]))}
-        store.finalize({"points": len(ds), "positives": positives, "by_split_category": counts, **extra},
-                       command=command)
+    # The engine loads where the shards run (here, or once per Ray worker); the driver needs only its identity.
+    with executor_from_config(cfg.get("executor"), cfg.model, cfg.get("backend")) as executor:
+        manifest = {"kind": kind, "task_hash": task_hash(tasks), "n_tasks": len(tasks), "n_shards": len(shards),
+                    "task_source": OmegaConf.to_container(cfg.tasks, resolve=True),
+                    "backend": executor.info.fingerprint, "featurizer": featurizer_id(kind),
+                    "label_rule": label_rule(kind, cfg), "shard_size": cfg.shard_size, "builder": builder}
+        # Opening locks the directory and verifies the finished shards: missing, truncated, swapped or foreign
+        # files are deleted there, so this loop recomputes exactly those (and the shards never finished).
+        with PointStore(cfg.out_dir, manifest, overwrite=cfg.overwrite) as store:
+            done = store.done()
+            todo = [(i, (kind, chunk, [split_of(t, cfg.val_fraction, cfg.seed) for t in chunk], builder))
+                    for i, chunk in enumerate(shards) if i not in done]
+            with tqdm(total=len(tasks), desc=f"build {kind}", unit="task",
+                      initial=sum(len(shards[i]) for i in done)) as bar:
+                # The store is the single merge point: each shard is written once, by this process, as it arrives.
+                for i, (rows, tensors) in executor.map(label_shard, todo):
+                    store.write_shard(i, rows, tensors)
+                    bar.update(len(shards[i]))
+            ds = load_points(cfg.out_dir, require_complete=False)
+            table, counts = counts_table(ds.points)
+            positives = int(sum(ds.points["label"])) if len(ds) else 0
+            extra = {}
+            if kind == "flip" and len(ds):
+                extra = {"flip_classes": dict(Counter(ds.points["flip_class"]))}
+            store.finalize({"points": len(ds), "positives": positives, "by_split_category": counts, **extra},
+                           command=command)
     print(table)
     if extra:
         n = len(ds)

@@ -23,6 +23,7 @@ from recipes import CONFIG_DIR
 from .agent.loop import Agent, AgentConfig
 from .agent.trajectory import Trajectory, summarize, write_trajectories
 from .backends.loading import backend_from_config
+from .executors import executor_from_config, spread
 from .tasks import tasks_from_config
 
 
@@ -39,39 +40,53 @@ def summary_table(trajs: list[Trajectory]) -> str:
     return "\n".join(rows)
 
 
+def rollout_shard(engine, shard: tuple, progress) -> list[Trajectory]:
+    """One shard's episodes, ``(agent settings, tasks)`` on ``engine``, in task order; ``progress`` gets each as it
+    finishes."""
+    agent_cfg, tasks = shard
+    return Agent(engine, agent_cfg).run(tasks, on_done=progress)
+
+
 def run(cfg: DictConfig) -> dict:
     out_dir = Path(cfg.out_dir)
     # Tasks and agent settings are checked before the model loads: a typo must not cost a model load.
     tasks = tasks_from_config(cfg)
     agent_cfg = AgentConfig(mode=cfg.mode, reasoning=cfg.reasoning, **OmegaConf.to_container(cfg.agent))
-    backend = backend_from_config(cfg.model, cfg.get("backend"))
-    agent = Agent(backend, agent_cfg)
+    executor_cfg = cfg.get("executor")
     path, partial = out_dir / "trajectories.jsonl", out_dir / "trajectories.partial.jsonl"
     out_dir.mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
-    done = 0
-    # Each episode is appended as it finishes (completion order), so a failure or a kill later in the run keeps
-    # every finished one; a separate file, so a failed rerun never truncates an earlier run's trajectories.jsonl.
-    with partial.open("w", encoding="utf-8") as sink, \
-            tqdm(total=len(tasks), desc=f"rollout {agent_cfg.mode}", unit="task") as bar:
-        def finished(traj: Trajectory) -> None:
-            nonlocal done
-            sink.write(json.dumps(traj.to_dict(), ensure_ascii=False) + "\n")
-            sink.flush()
-            done += 1
-            bar.update(1)
-        try:
-            # Episodes finish together at max_rounds when a policy never answers: show rounds as they pass.
-            trajs = agent.run(tasks, on_done=finished,
-                              on_round=lambda step, n: bar.set_postfix(round=step, in_flight=n))
-        except BaseException:
-            print(f"rollout failed: the {done} of {len(tasks)} episodes that finished are in {partial}",
-                  file=sys.stderr)
-            raise
+    with executor_from_config(executor_cfg, cfg.model, cfg.get("backend"), backend_from_config) as executor:
+        # local: one shard, the whole task list in one batched agent (today's run); ray: spread over the workers
+        shards = [tasks] if executor.name == "local" else \
+            spread(tasks, executor_cfg.workers, executor_cfg.shard_size)
+        t0 = time.perf_counter()
+        done = 0
+        results: dict[int, list[Trajectory]] = {}
+        # Each episode is appended as it finishes (completion order; with Ray, as its shard returns), so a failure
+        # or a kill later in the run keeps every finished one; a separate file, so a failed rerun never truncates
+        # an earlier run's trajectories.jsonl.
+        with partial.open("w", encoding="utf-8") as sink, \
+                tqdm(total=len(tasks), desc=f"rollout {agent_cfg.mode}", unit="task") as bar:
+            def finished(_shard: int, traj: Trajectory) -> None:
+                nonlocal done
+                sink.write(json.dumps(traj.to_dict(), ensure_ascii=False) + "\n")
+                sink.flush()
+                done += 1
+                bar.update(1)
+            try:
+                for i, trajs in executor.map(rollout_shard, [(i, (agent_cfg, s)) for i, s in enumerate(shards)],
+                                             on_progress=finished):
+                    results[i] = trajs
+            except BaseException:
+                print(f"rollout failed: the {done} of {len(tasks)} episodes that finished are in {partial}",
+                      file=sys.stderr)
+                raise
+        trajs = [t for i in range(len(shards)) for t in results[i]]
+        fingerprint, engine = executor.info.fingerprint, executor.info.name
     wall = time.perf_counter() - t0
     write_trajectories(path, trajs)     # task order
     partial.unlink()
-    summary = {**summarize(trajs), "wall_s": round(wall, 2), "policy": backend.fingerprint, "backend": backend.name, "mode": agent_cfg.mode,
+    summary = {**summarize(trajs), "wall_s": round(wall, 2), "policy": fingerprint, "backend": engine, "mode": agent_cfg.mode,
                "reasoning": agent_cfg.reasoning, "config": OmegaConf.to_container(cfg, resolve=True)}
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     print(summary_table(trajs))

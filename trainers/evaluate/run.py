@@ -12,6 +12,10 @@ prefill, scores every task's probe probability once, and assembles the arm at ea
 the trajectory of the decision the probe makes at that τ — the same trajectories a ``ProbePrefill`` hook
 produces (tested), at two rollouts per prefill style instead of one per τ.
 
+Rollouts run on the ``executor`` group's engines (``executor=local``: this process; ``executor=ray``: Ray workers,
+``data_builders/executors.py``), in units of (arm, shard of the arm's missing tasks); this process alone writes the
+cache.
+
 Outputs in the run directory: ``results.json``, ``report.md`` and PNG plots (``trainers/evaluate/report.py``), and
 the same in W&B (tables and images; offline without a key).
 """
@@ -36,6 +40,7 @@ from data_builders.agent.loop import Agent, AgentConfig
 from data_builders.agent.trajectory import Trajectory, summarize
 from data_builders.backends import loading   # called through the module: tests replace backend_from_config
 from data_builders.backends.loading import REPO_ROOT
+from data_builders.executors import LocalExecutor, executor_from_config, spread
 from data_builders.features import FEATURIZERS
 from data_builders.features.probe import probe_features
 from data_builders.metrics.patterns import count_patterns
@@ -170,31 +175,58 @@ def _probe_composer(style: str, tau: float):
 
 
 # ---------------------------------------------------------------------------- rollouts
-def run_arm(arm: Arm, backend, tasks, cache: TrajectoryCache, agent_kw: dict) -> tuple[list[Trajectory], float, int]:
-    """The arm's trajectories for ``tasks`` (cached ones reused); returns (trajectories, seconds, computed)."""
+def arm_shard(engine, shard: tuple, progress) -> tuple[list[Trajectory], float]:
+    """One unit of work: ``(arm, tasks, agent settings)`` on ``engine`` (where it runs: here or a Ray worker, which
+    gets the arm with its hooks' controllers, small, from the driver). Returns the trajectories in task order and
+    the seconds they took; ``progress`` gets each as it finishes."""
+    arm, tasks, agent_kw = shard
+    agent = Agent(engine, AgentConfig(mode=arm.mode, reasoning=arm.reasoning, **{**agent_kw, **arm.agent}),
+                  arm.hooks() if arm.hooks else None)
+    start = time.perf_counter()
+    trajs = agent.run(tasks, on_done=progress)
+    return trajs, time.perf_counter() - start
 
-    spec = arm.cache_spec
-    have, todo = cache.missing(spec, tasks)
-    seconds = 0.0
-    if todo:
-        agent = Agent(backend, AgentConfig(mode=arm.mode, reasoning=arm.reasoning, **{**agent_kw, **arm.agent}),
-                      arm.hooks() if arm.hooks else None)
-        start = time.perf_counter()
-        finished: list[Trajectory] = []
 
-        def done(traj: Trajectory) -> None:
-            finished.append(traj)
+def run_arms(executor, jobs: list[tuple[Arm, list, TrajectoryCache]], agent_kw: dict, workers: int = 1,
+             shard_size: int | None = None) -> dict[str, tuple[list[Trajectory], float, int]]:
+    """Each job's arm on its tasks (cached ones reused): by arm name, (trajectories, seconds, computed).
+
+    The unit of work is (arm, shard of the arm's missing tasks): on the local executor one shard per arm, arms
+    in order (one batched agent each); on Ray the shards of every arm at once, spread over the workers. The
+    cache is the single merge point: this process stores each shard as it returns, and on a failure the
+    episodes that finished, so a rerun computes only the rest."""
+    state: dict[str, tuple[Arm, list, TrajectoryCache, dict, list]] = {}
+    items = []
+    for arm, tasks, cache in jobs:
+        have, todo = cache.missing(arm.cache_spec, tasks)
+        state[arm.name] = (arm, tasks, cache, have, todo)
+        shards = [todo] if executor.name == "local" else spread(todo, workers, shard_size)
+        items += [((arm.name, j), (arm, shard, agent_kw)) for j, shard in enumerate(shards) if shard]
+    finished: dict[str, list[Trajectory]] = {name: [] for name in state}
+    seconds = dict.fromkeys(state, 0.0)
+    payloads = dict(items)
+    with tqdm(total=sum(len(todo) for *_, todo in state.values()), desc="arms", unit="task", leave=False) as bar:
+        def progress(key, traj: Trajectory) -> None:
+            finished[key[0]].append(traj)
             bar.update(1)
-        with tqdm(total=len(todo), desc=f"arm {arm.name}", unit="task", leave=False) as bar:
-            try:
-                trajs = agent.run(todo, on_done=done)
-            except BaseException:
-                # The episodes that finished before the failure go into the cache, so a rerun computes only the rest.
-                cache.store(spec, have, _match_tasks(todo, finished))
-                raise
-        seconds = time.perf_counter() - start
-        cache.store(spec, have, list(zip(todo, trajs)))
-    return [have[task_key(t)] for t in tasks], seconds, len(todo)
+        try:
+            for (name, j), (trajs, took) in executor.map(arm_shard, items, on_progress=progress):
+                arm, _, cache, have, _ = state[name]
+                cache.store(arm.cache_spec, have, list(zip(payloads[name, j][1], trajs)))
+                seconds[name] += took
+        except BaseException:
+            for name, (arm, _, cache, have, todo) in state.items():
+                if finished[name]:
+                    cache.store(arm.cache_spec, have, _match_tasks(todo, finished[name]))
+            raise
+    return {name: ([have[task_key(t)] for t in tasks], seconds[name], len(todo))
+            for name, (arm, tasks, cache, have, todo) in state.items()}
+
+
+def run_arm(arm: Arm, backend, tasks, cache: TrajectoryCache, agent_kw: dict) -> tuple[list[Trajectory], float, int]:
+    """The arm's trajectories for ``tasks`` (cached ones reused) on a loaded engine, in this process; returns
+    (trajectories, seconds, computed)."""
+    return run_arms(LocalExecutor.on(backend), [(arm, tasks, cache)], agent_kw)[arm.name]
 
 
 def _match_tasks(tasks, trajs: list[Trajectory]) -> list[tuple[Any, Trajectory]]:
@@ -211,18 +243,26 @@ def _match_tasks(tasks, trajs: list[Trajectory]) -> list[tuple[Any, Trajectory]]
     return pairs
 
 
-def probe_probabilities(probe, backend, tasks, agent_kw: dict, cache_root: Path, probe_hash: str) -> list[float]:
-    """The probe's p for every task's first prompt (cached per probe, policy and task)."""
+def probe_shard(engine, shard: tuple, progress) -> list[float]:
+    """The probe's p for each task's first prompt, read on ``engine`` (the probe travels with the shard)."""
+    probe, tasks, agent_kw = shard
+    agent = Agent(engine, AgentConfig(mode="default", **agent_kw))
+    hidden = probe_features(engine, [agent.initial_prompt(t) for t in tasks],
+                            list(range(probe.contract["input_shape"][0])))
+    return probe.predict_proba(FEATURIZERS["probe"].controller_input({"hidden": hidden})).tolist()
 
+
+def probe_probabilities(probe, executor, tasks, agent_kw: dict, cache_root: Path, probe_hash: str,
+                        workers: int = 1, shard_size: int | None = None) -> list[float]:
+    """The probe's p for every task's first prompt (cached per probe, policy and task); ``executor`` runs the
+    missing ones."""
     path = cache_root / f"probe_p-{probe_hash}.json"
     have = json.loads(path.read_text()) if path.exists() else {}
     todo = [t for t in tasks if task_key(t) not in have]
     if todo:
-        agent = Agent(backend, AgentConfig(mode="default", **agent_kw))
-        hidden = probe_features(backend, [agent.initial_prompt(t) for t in todo],
-                                list(range(probe.contract["input_shape"][0])))
-        p = probe.predict_proba(FEATURIZERS["probe"].controller_input({"hidden": hidden})).tolist()
-        have |= {task_key(t): float(v) for t, v in zip(todo, p)}
+        shards = [todo] if executor.name == "local" else spread(todo, workers, shard_size)
+        for j, p in executor.map(probe_shard, [(j, (probe, s, agent_kw)) for j, s in enumerate(shards)]):
+            have |= {task_key(t): float(v) for t, v in zip(shards[j], p)}
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(have))
     return [have[task_key(t)] for t in tasks]
@@ -299,10 +339,10 @@ class PolicyRun:
     cache: TrajectoryCache
 
     @classmethod
-    def from_config(cls, cfg: DictConfig) -> "PolicyRun":
-
-
-        backend = loading.backend_from_config(cfg.model, cfg.get("backend"))
+    def from_config(cls, cfg: DictConfig, backend: Any = None) -> "PolicyRun":
+        """``backend``: the engine, or an executor's :class:`EngineInfo` for one that runs elsewhere (default: the
+        policy loaded here)."""
+        backend = backend if backend is not None else loading.backend_from_config(cfg.model, cfg.get("backend"))
         agent_kw = OmegaConf.to_container(cfg.agent, resolve=True)
         pte_cfg = PTEConfig(hardware=OmegaConf.to_container(cfg.hardware, resolve=True),
                             **OmegaConf.to_container(cfg.pte, resolve=True))
@@ -375,33 +415,37 @@ def run(cfg: DictConfig) -> dict:
     out_dir = Path(cfg.out_dir)
     check_config(cfg)
     tasks = task_sources.tasks_from_config(cfg)
-    ctx = PolicyRun.from_config(cfg)
-    backend, agent_kw, pte_cfg, gamma, decoding, cache = (ctx.backend, ctx.agent_kw, ctx.pte_cfg, ctx.gamma,
-                                                          ctx.decoding, ctx.cache)
-    call_format = Agent(backend, AgentConfig(**agent_kw)).call_format
-    arms, loaded = build_arms(cfg, backend.fingerprint, call_format)
-    reported = [a.name for a in arms if not a.name.startswith("prefill_")]
-    if cfg.reference not in reported:    # a calibrated τ's arm name is known only now; before any rollout
-        raise ValueError(f"reference={cfg.reference!r} is not an arm of this run; arms: {', '.join(reported)}")
-    backends = {"policy": backend}
+    ex_cfg = cfg.get("executor")
+    spread_kw = {"workers": ex_cfg.workers, "shard_size": ex_cfg.shard_size} if ex_cfg and ex_cfg.name == "ray" else {}
+    with executor_from_config(ex_cfg, cfg.model, cfg.get("backend")) as executor:
+        ctx = PolicyRun.from_config(cfg, executor.info)
+        agent_kw, pte_cfg, gamma, decoding, cache = ctx.agent_kw, ctx.pte_cfg, ctx.gamma, ctx.decoding, ctx.cache
+        call_format = Agent(executor.info, AgentConfig(**agent_kw)).call_format
+        arms, loaded = build_arms(cfg, executor.info.fingerprint, call_format)
+        reported = [a.name for a in arms if not a.name.startswith("prefill_")]
+        if cfg.reference not in reported:    # a calibrated τ's arm name is known only now; before any rollout
+            raise ValueError(f"reference={cfg.reference!r} is not an arm of this run; arms: {', '.join(reported)}")
 
-    start = time.perf_counter()
+        start = time.perf_counter()
+        runs = run_arms(executor, [(a, tasks, cache) for a in arms if a.compose is None and a.backend_key == "policy"],
+                        agent_kw, **spread_kw)
+        probs = None
+        if any(a.compose is not None for a in arms):
+            probs = probe_probabilities(loaded["probe"].controller, executor, tasks, agent_kw, cache.root,
+                                        loaded["probe"].digest, **spread_kw)
+    # Other policies after the policy's workers are gone: on Ray they would otherwise wait for its resources.
+    for p in cfg.arms.get("policies") or []:
+        with executor_from_config(ex_cfg, p["model"], cfg.get("backend")) as other:
+            arm_cache = TrajectoryCache(cfg.cache_dir, other.info.fingerprint, decoding)
+            runs |= run_arms(other, [(a, tasks, arm_cache) for a in arms if a.backend_key == p["name"]], agent_kw,
+                             **spread_kw)
     by_arm: dict[str, list[Trajectory]] = {}
     timing: dict[str, dict] = {}
-    probs = None
     for arm in arms:
         if arm.compose is not None:
-            if probs is None:
-                probs = probe_probabilities(loaded["probe"].controller, backend, tasks, agent_kw, cache.root,
-                                            loaded["probe"].digest)
             by_arm[arm.name] = arm.compose(by_arm, probs)
             continue
-        if arm.backend_key not in backends:
-            p = next(p for p in cfg.arms.policies if p["name"] == arm.backend_key)
-            backends[arm.backend_key] = loading.backend_from_config(p["model"], cfg.get("backend"))
-        arm_cache = cache if arm.backend_key == "policy" else \
-            TrajectoryCache(cfg.cache_dir, backends[arm.backend_key].fingerprint, decoding)
-        trajs, seconds, computed = run_arm(arm, backends[arm.backend_key], tasks, arm_cache, agent_kw)
+        trajs, seconds, computed = runs[arm.name]
         by_arm[arm.name] = trajs
         timing[arm.name] = {"seconds": round(seconds, 2), "computed": computed, "cached": len(tasks) - computed}
         print(f"{arm.name:<24} {computed:>4} computed {len(tasks) - computed:>4} cached  {seconds:7.1f} s")

@@ -1,0 +1,310 @@
+"""Where shards of tasks run: ``executor=local`` (this process, one engine) or ``executor=ray`` (Ray actors, one
+engine each). One interface for the three commands that run a policy over many tasks (``data_builders.build``,
+``data_builders.rollout``, ``trainers.evaluate``)::
+
+    with executor_from_config(cfg.get("executor"), cfg.model, cfg.get("backend")) as ex:
+        ex.info.fingerprint                                  # the engine's identity, without loading it here
+        for key, result in ex.map(work, [(key, payload), ...], on_progress=...):
+            ...                                              # the driver alone writes
+
+``work(engine, payload, progress)`` is a module-level function; it runs where the engine is and returns a
+picklable result; ``progress(item)`` reports each finished item (an episode): in-process it reaches the driver's
+``on_progress`` as it happens, on Ray with the shard's result. Results stream back as shards finish
+(``ray.wait``), in completion order, so the caller's merge point (the shard store, the trajectory cache, the
+rollout's partial file) gets each one once.
+
+Ray is the scheduler (Ray Core actors, ``max_restarts``): a worker process that dies (killed, OOM, node lost)
+is restarted by Ray and reloads its engine; its shard is redone, up to ``max_retries`` times per shard, then a
+clear error names the shard while every finished shard is already written. An error raised by the work itself
+(a bug, a model that cannot load) is not retried: it is raised on the driver as it was raised in the worker.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Callable, Hashable, Iterable, Iterator
+from urllib.parse import urlsplit
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from .backends import loading   # called through the module: tests replace backend_from_config
+
+log = logging.getLogger(__name__)
+
+INSTALL_HINT = "pip install -e '.[ray]'"
+Work = Callable[[Any, Any, Callable[[Any], None]], Any]
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    """What the driver needs of an engine that lives elsewhere: its identity (manifests, cache keys), its model
+    id (the agent's call format) and model config (PTE's γ, the context limit). Duck-types the backend for
+    those reads (``Agent(info)``, ``PTEConfig.gamma_for(info)``)."""
+
+    name: str
+    model_id: str
+    fingerprint: str
+    config: Any = None
+
+    @classmethod
+    def of(cls, backend) -> "EngineInfo":
+        return cls(getattr(backend, "name", type(backend).__name__), backend.model_id, backend.fingerprint,
+                   getattr(backend, "config", None))
+
+
+def _plain(node: Any) -> Any:
+    """A config node as plain containers: what crosses to a worker (no structured-config classes, no resolvers)."""
+    return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
+
+
+# ---------------------------------------------------------------------------------------------- local
+class LocalExecutor:
+    """Today's path: the engine loads once in this process and every shard runs on it in order."""
+
+    name = "local"
+
+    def __init__(self, model: Any, backend: Any = None, load: Callable | None = None):
+        start = time.perf_counter()
+        self.engine = (load or loading.backend_from_config)(model, backend)
+        self.info = EngineInfo.of(self.engine)
+        self.startup_s = time.perf_counter() - start
+
+    @classmethod
+    def on(cls, engine) -> "LocalExecutor":
+        """An executor around an engine the caller already loaded."""
+        self = cls.__new__(cls)
+        self.engine, self.info, self.startup_s = engine, EngineInfo.of(engine), 0.0
+        return self
+
+    def map(self, work: Work, items: Iterable[tuple[Hashable, Any]],
+            on_progress: Callable[[Hashable, Any], None] | None = None) -> Iterator[tuple[Hashable, Any]]:
+        for key, payload in items:
+            yield key, work(self.engine, payload, (lambda x, key=key: on_progress(key, x)) if on_progress
+                            else _ignore)
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _ignore(_item: Any) -> None:
+    pass
+
+
+# ---------------------------------------------------------------------------------------------- ray
+class EngineWorker:
+    """A Ray actor (``ray.remote(EngineWorker)``; its processes are titled ``ray::EngineWorker``) holding one engine.
+
+    The engine loads in the constructor, which Ray reruns when it restarts a dead worker. A load that raises is
+    kept and raised by every call instead of failing the constructor: Ray would restart such an actor up to
+    ``max_restarts`` times, each failing the same way; this way the driver gets the loader's message at once."""
+
+    def __init__(self, model: dict, backend: dict | None, torch_threads: int | None):
+        self.error: BaseException | None = None
+        try:
+            if torch_threads:
+                torch.set_num_threads(torch_threads)
+            self.engine = loading.backend_from_config(model, backend)
+        except Exception as e:     # raised by info()/run(), see the class docstring
+            self.error = e
+
+    def _check(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+    def info(self) -> tuple[EngineInfo, int]:
+        self._check()
+        return EngineInfo.of(self.engine), os.getpid()
+
+    def run(self, work: Work, payload: Any) -> tuple[list, Any]:
+        self._check()
+        progress: list = []
+        return progress, work(self.engine, payload, progress.append)
+
+
+def import_ray():
+    try:
+        # why: Ray is an optional dependency (the ray extra); only executor=ray needs it
+        import ray
+    except ImportError as e:
+        raise ImportError(f"executor=ray needs Ray, which is not installed ({e}): {INSTALL_HINT}") from None
+    return ray
+
+
+def check_reachable(address: str, timeout: float) -> None:
+    """Fail within ``timeout`` when ``host:port`` (or ``ray://host:port``) accepts no connection: ``ray.init`` would
+    otherwise retry for minutes. ``auto`` is left to Ray (it reads the local cluster's address file)."""
+    if address == "auto":
+        return
+    parts = urlsplit(address if "://" in address else f"//{address}")
+    try:
+        port = parts.port
+    except ValueError:      # a port that is not a number
+        port = None
+    if not parts.hostname or port is None:
+        raise ValueError(f"executor.address={address!r}: expected null, 'auto', 'host:port' or 'ray://host:port'")
+    try:
+        socket.create_connection((parts.hostname, port), timeout=timeout).close()
+    except OSError as e:
+        raise ConnectionError(f"executor.address={address!r}: no Ray cluster reachable there ({e}); start one with "
+                              "`ray start --head` and pass its address, or executor.address=null for a local "
+                              "cluster") from None
+
+
+class RayExecutor:
+    """Shards on ``workers`` Ray actors, each with its share of GPUs/CPUs and one engine, one shard at a time."""
+
+    name = "ray"
+
+    def __init__(self, cfg: Any, model: Any, backend: Any = None):
+        ray = self.ray = import_ray()
+        self.cfg = cfg
+        if cfg.workers < 1:
+            raise ValueError(f"executor.workers must be at least 1, got {cfg.workers}")
+        if cfg.max_retries < 0:
+            raise ValueError(f"executor.max_retries must be >= 0, got {cfg.max_retries}")
+        start = time.perf_counter()
+        # A cluster this process is already connected to (a test's, a notebook's) is used as is and left running.
+        self.owns_connection = not ray.is_initialized()
+        if self.owns_connection:
+            if cfg.address is not None:
+                check_reachable(cfg.address, cfg.connect_timeout_s)
+            try:
+                ray.init(address=cfg.address, include_dashboard=False, log_to_driver=True,
+                         logging_level=logging.WARNING)
+            except ConnectionError as e:
+                raise ConnectionError(f"executor.address={cfg.address!r}: {e}") from None
+        try:
+            self._check_fits(cfg)
+        except BaseException:
+            self.close()
+            raise
+        threads = cfg.torch_threads or max(1, int(cfg.num_cpus))
+        remote = ray.remote(EngineWorker).options(num_cpus=cfg.num_cpus, num_gpus=cfg.num_gpus,
+                                                  max_restarts=cfg.max_retries, max_task_retries=0)
+        self.actors = [remote.remote(_plain(model), _plain(backend), threads) for _ in range(cfg.workers)]
+        try:
+            infos = self._get([a.info.remote() for a in self.actors], "load the model")
+        except BaseException:
+            self.close()
+            raise
+        self.pids = [pid for _, pid in infos]
+        prints = {i.fingerprint for i, _ in infos}
+        if len(prints) != 1:
+            self.close()
+            raise RuntimeError(f"executor=ray: the workers loaded different models: {sorted(prints)} (the same "
+                               "model name resolves to other files on some nodes)")
+        self.info = infos[0][0]
+        self.startup_s = time.perf_counter() - start
+
+    def _check_fits(self, cfg) -> None:
+        """Actors that the cluster cannot hold would wait for resources forever: refuse them, naming what is
+        missing (a cluster that autoscales reports its current nodes only: start the nodes first)."""
+        have = self.ray.cluster_resources()
+        for res, per in (("CPU", cfg.num_cpus), ("GPU", cfg.num_gpus)):
+            need = per * cfg.workers
+            if need > have.get(res, 0) + 1e-9:
+                raise ValueError(f"executor=ray: {cfg.workers} workers x executor.num_{res.lower()}s={per} need {need:g} "
+                                 f"{res}s; the cluster has {have.get(res, 0):g}. Lower executor.workers or the "
+                                 "per-worker share, or add nodes")
+
+    def _get(self, refs, doing: str):
+        try:
+            return self.ray.get(refs)
+        except self.ray.exceptions.RayTaskError as e:
+            raise _cause(e, f"executor=ray: a worker could not {doing}") from None
+
+    def map(self, work: Work, items: Iterable[tuple[Hashable, Any]],
+            on_progress: Callable[[Hashable, Any], None] | None = None) -> Iterator[tuple[Hashable, Any]]:
+        ray = self.ray
+        pending = deque(items)
+        idle = deque(range(len(self.actors)))
+        deaths = [0] * len(self.actors)
+        failures: dict[Hashable, int] = {}
+        in_flight: dict[Any, tuple[int, Hashable, Any]] = {}
+        while pending or in_flight:
+            while pending and idle:
+                a = idle.popleft()
+                key, payload = pending.popleft()
+                in_flight[self.actors[a].run.remote(work, payload)] = (a, key, payload)
+            if not in_flight:
+                raise RuntimeError(f"executor=ray: every worker died more than max_retries={self.cfg.max_retries} "
+                                   f"times; {len(pending)} shards left, first {pending[0][0]!r}")
+            (ref,), _ = ray.wait(list(in_flight), num_returns=1)
+            a, key, payload = in_flight.pop(ref)
+            try:
+                progress, result = ray.get(ref)
+            except ray.exceptions.RayActorError as e:     # the worker process died: redo the shard elsewhere
+                deaths[a] += 1
+                failures[key] = failures.get(key, 0) + 1
+                if failures[key] > self.cfg.max_retries:
+                    raise RuntimeError(f"executor=ray: shard {key!r} failed: its worker died {failures[key]} times "
+                                       f"(max_retries={self.cfg.max_retries}); every finished shard is written, a "
+                                       f"rerun computes the rest. Last error: {e}") from None
+                log.warning("executor=ray: the worker running shard %r died; redoing it (%d of max_retries=%d)",
+                            key, failures[key], self.cfg.max_retries)
+                pending.appendleft((key, payload))
+                if deaths[a] <= self.cfg.max_retries:      # Ray restarts it (max_restarts); calls wait for it
+                    idle.append(a)
+                continue
+            except ray.exceptions.RayTaskError as e:
+                raise _cause(e, f"executor=ray: shard {key!r} failed") from None
+            idle.append(a)
+            if on_progress:
+                for item in progress:
+                    on_progress(key, item)
+            yield key, result
+
+    def close(self) -> None:
+        for a in getattr(self, "actors", []):
+            self.ray.kill(a, no_restart=True)
+        self.actors = []
+        if self.owns_connection and self.ray.is_initialized():
+            self.ray.shutdown()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _cause(err, context: str) -> BaseException:
+    """The worker's own exception (its type, so callers and tests catch it as raised there), its message prefixed
+    with where it happened; Ray's wrapper when the cause cannot be rebuilt."""
+    cause = getattr(err, "cause", None)
+    if isinstance(cause, BaseException):
+        try:
+            return type(cause)(f"{context}: {cause}")
+        except Exception:
+            pass
+    return RuntimeError(f"{context}: {err}")
+
+
+def executor_from_config(cfg: Any, model: Any, backend: Any = None, load: Callable | None = None):
+    """The executor named by an ``executor`` config group (absent: local) for the policy ``model`` on ``backend``;
+    ``load`` replaces the local engine loader (a caller's own reference to it, which tests replace)."""
+    name = cfg.get("name", "local") if cfg is not None else "local"
+    if name == "local":
+        return LocalExecutor(model, backend, load)
+    if name == "ray":
+        return RayExecutor(cfg, model, backend)
+    raise ValueError(f"unknown executor {name!r}; choose local or ray")
+
+
+def spread(tasks: list, workers: int, shard_size: int | None) -> list[list]:
+    """``tasks`` cut into consecutive shards of ``shard_size`` (None: as evenly as ``workers`` allow)."""
+    if not tasks:
+        return []
+    size = shard_size or -(-len(tasks) // max(workers, 1))
+    return [tasks[i:i + size] for i in range(0, len(tasks), size)]
