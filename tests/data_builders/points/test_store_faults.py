@@ -26,6 +26,7 @@ import torch
 
 import data_builders.build
 import recipes
+from data_builders.backends import loading
 from data_builders.points.store import CorruptDataset, ManifestMismatch, PointStore, StoreLocked, load_points
 from data_builders.tasks import tasks_from_config
 
@@ -34,7 +35,7 @@ EMPTY = 2          # this shard's tasks give no points (a shard with a .done mar
 
 # ------------------------------------------------------------------------------------------- a build without a model
 class FakeBackend:
-    fingerprint = "fake-policy@0"
+    name, model_id, fingerprint, config = "fake", "fake-policy", "fake-policy@0", None
 
 
 class Build:
@@ -49,7 +50,7 @@ class Build:
         self.shard_of = {str(t.id): i // self.cfg.shard_size for i, t in enumerate(tasks)}
         self.n_shards = max(self.shard_of.values()) + 1
         self.computed: list[int] = []
-        monkeypatch.setattr(data_builders.build, "backend_from_config", lambda *a, **k: FakeBackend())
+        monkeypatch.setattr(loading, "backend_from_config", lambda *a, **k: FakeBackend())
         monkeypatch.setitem(data_builders.build.LABELERS, "probe", self.label)
 
     def label(self, backend, chunk, splits, cfg):
@@ -378,7 +379,7 @@ def test_a_fit_repairs_its_own_damaged_dataset(tmp_path, monkeypatch):
                  "difficulty": t.difficulty, "label": int(t.category == "B")} for t, s in zip(chunk, splits)]
         return rows, {"hidden": torch.arange(len(chunk) * 4, dtype=torch.float32).reshape(len(chunk), 2, 2)}
 
-    monkeypatch.setattr(data_builders.build, "backend_from_config", lambda *a, **k: FakeBackend())
+    monkeypatch.setattr(loading, "backend_from_config", lambda *a, **k: FakeBackend())
     monkeypatch.setitem(data_builders.build.LABELERS, "probe", label)
     cfg = recipes.compose("fit", ["recipe=probe_prefill", "logger=none", f"recipe.points.root={tmp_path / 'pts'}",
                                   f"recipe.export_dir={tmp_path / 'ckpt'}", "+recipe.points.build.shard_size=8"])
