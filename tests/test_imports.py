@@ -21,7 +21,8 @@ import pytest
 PACKAGES = ("controllers", "data_builders", "trainers", "recipes")
 REPO = Path(__file__).resolve().parents[1]
 # Modules a deployed agent imports: they must not bring in the training stack.
-LIGHT = {"data_builders.runtime.controller_hooks": ("lightning", "pytorch_lightning", "trl")}
+LIGHT = {m: ("lightning", "pytorch_lightning", "trl") for m in
+         ("data_builders.runtime.controller_hooks", "data_builders.runtime.messages", "data_builders.runtime.api")}
 DISCOVERY = "pkgutil.iter_modules(__path__)"
 
 

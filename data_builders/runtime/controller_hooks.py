@@ -10,9 +10,14 @@ a gate trained on one policy's trajectories refuses another's.
 * :class:`ToolGate` — ``pre_call``: summary embedding + structural features → execute or skip.
 * :class:`GStep` — ``on_answer``: the G-STEP vector → continue (one verification round) or commit.
 * :class:`Cascade` — any of the three together.
+
+The decision itself (featurize → probability → threshold at τ) is one function per gate
+(:func:`toolgate_decision`, :func:`gstep_decision`, :func:`probe_decision`), shared with the runtime API
+(``data_builders.runtime.api``) that serves the same gates to agents toolwise did not write.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Literal
 
@@ -46,6 +51,64 @@ def checked(controller: Controller, kind: str, policy: str | None, *, strict: bo
     return controller.eval()
 
 
+# ---- the decision code: the hooks below and the runtime API (data_builders/runtime/api.py) both call these,
+# so a gate thresholds and featurizes the same way inside toolwise's loop and behind a user's agent.
+#: gate name -> (action when p >= τ, action otherwise)
+ACTIONS = {"toolgate": ("execute", "skip"), "g_step": ("continue", "commit"), "probe_prefill": ("use", "skip")}
+
+
+@dataclass
+class GateDecision:
+    gate: str          # "toolgate" | "g_step" | "probe_prefill"
+    action: str        # toolgate: "execute"|"skip"; g_step: "continue"|"commit"; probe: "use"|"skip"
+    probability: float
+    tau: float
+    latency_ms: float  # featurizing + the controller's forward (what a deployment adds per decision)
+
+
+def toolgate_input(episode: EpisodeView, call) -> torch.Tensor:
+    """ToolGate's controller input ``[1, 384 + structural]`` for the pending ``call``."""
+    text, structural = toolgate_state(episode, call)
+    return FEATURIZERS["flip"].controller_input({"embedding": torch.from_numpy(embed_texts([text])),
+                                                 "structural": torch.from_numpy(np.asarray(structural)[None])})
+
+
+def gstep_input(episode: EpisodeView, answer_text: str) -> torch.Tensor:
+    """G-STEP's controller input ``[1, N_FEATURES]`` for the answer ``answer_text``."""
+    return FEATURIZERS["commit"].controller_input(
+        {"features": torch.from_numpy(np.asarray(gstep_features(episode, answer_text))[None])})
+
+
+def probe_input(state: PromptState) -> torch.Tensor:
+    """The probe's controller input ``[1, layers, d]`` from the prefill's hidden states."""
+    return FEATURIZERS["probe"].controller_input({"hidden": torch.as_tensor(state.hidden)[None]})
+
+
+def decide(gate: str, controller: Controller, x: torch.Tensor, tau: float | None, started: float) -> GateDecision:
+    """Threshold the controller's probability at τ (None: its calibrated τ); ``started`` is the
+    ``time.perf_counter()`` at which featurizing began."""
+    p = float(controller.predict_proba(x)[0])
+    tau = float(controller.tau if tau is None else tau)
+    positive, negative = ACTIONS[gate]
+    return GateDecision(gate, positive if p >= tau else negative, p, tau, (time.perf_counter() - started) * 1e3)
+
+
+def toolgate_decision(gate: Controller, episode: EpisodeView, call, tau: float | None = None) -> GateDecision:
+    t0 = time.perf_counter()
+    return decide("toolgate", gate, toolgate_input(episode, call), tau, t0)
+
+
+def gstep_decision(gate: Controller, episode: EpisodeView, answer_text: str, tau: float | None = None) -> GateDecision:
+    t0 = time.perf_counter()
+    return decide("g_step", gate, gstep_input(episode, answer_text), tau, t0)
+
+
+def probe_decision(probe: Controller, state: PromptState, tau: float | None = None) -> GateDecision:
+    t0 = time.perf_counter()
+    return decide("probe_prefill", probe, probe_input(state), tau, t0)
+
+
+# ---- the hooks of toolwise's own agent loop
 @dataclass
 class ProbePrefill(Hooks):
     probe: Controller
@@ -56,14 +119,14 @@ class ProbePrefill(Hooks):
     def __post_init__(self):
         self.hidden_layers = list(range(self.probe.contract["input_shape"][0]))
 
+    def decision(self, state: PromptState) -> GateDecision:
+        return probe_decision(self.probe, state, self.tau)
+
     def probability(self, state: PromptState) -> float:
-        x = FEATURIZERS["probe"].controller_input({"hidden": torch.as_tensor(state.hidden)[None]})
-        return float(self.probe.predict_proba(x)[0])
+        return self.decision(state).probability
 
     def pre_generation(self, task, state: PromptState) -> str | None:
-        tau = self.probe.tau if self.tau is None else self.tau
-        decision = "use" if self.probability(state) >= tau else "skip"
-        return prefill_text(decision, self.style, self.call_format)
+        return prefill_text(self.decision(state).action, self.style, self.call_format)
 
 
 @dataclass
@@ -71,15 +134,14 @@ class ToolGate(Hooks):
     gate: Controller
     tau: float | None = None
 
+    def decision(self, episode: EpisodeView, call) -> GateDecision:
+        return toolgate_decision(self.gate, episode, call, self.tau)
+
     def probability(self, episode: EpisodeView, call) -> float:
-        text, structural = toolgate_state(episode, call)
-        x = FEATURIZERS["flip"].controller_input({"embedding": torch.from_numpy(embed_texts([text])),
-                                                 "structural": torch.from_numpy(np.asarray(structural)[None])})
-        return float(self.gate.predict_proba(x)[0])
+        return self.decision(episode, call).probability
 
     def pre_call(self, episode: EpisodeView, call):
-        tau = self.gate.tau if self.tau is None else self.tau
-        return "execute" if self.probability(episode, call) >= tau else "skip"
+        return self.decision(episode, call).action
 
 
 @dataclass
@@ -87,14 +149,14 @@ class GStep(Hooks):
     gate: Controller
     tau: float | None = None
 
+    def decision(self, episode: EpisodeView, answer_text: str) -> GateDecision:
+        return gstep_decision(self.gate, episode, answer_text, self.tau)
+
     def probability(self, episode: EpisodeView, answer_text: str) -> float:
-        x = FEATURIZERS["commit"].controller_input(
-            {"features": torch.from_numpy(np.asarray(gstep_features(episode, answer_text))[None])})
-        return float(self.gate.predict_proba(x)[0])
+        return self.decision(episode, answer_text).probability
 
     def on_answer(self, episode: EpisodeView, answer_text: str):
-        tau = self.gate.tau if self.tau is None else self.tau
-        return "continue" if self.probability(episode, answer_text) >= tau else "commit"
+        return self.decision(episode, answer_text).action
 
 
 class Cascade(Hooks):
