@@ -545,6 +545,53 @@ class SFTDataConfig:
     out_dir: str = MISSING
 
 
+@dataclass
+class ServeUpstream:
+    base_url: str = MISSING
+    api_key_env: Optional[str] = MISSING     # the variable holding the upstream's own key (null: none)
+    models: Optional[List[str]] = MISSING    # null: the upstream's /v1/models
+    timeout_s: float = MISSING
+    connect_timeout_s: float = MISSING
+    retries: int = MISSING
+    max_connections: int = MISSING
+
+
+@dataclass
+class ServeGates:
+    toolgate: Optional[str] = MISSING
+    g_step: Optional[str] = MISSING
+    policy: Optional[str] = MISSING
+    strict: bool = MISSING
+    on_error: str = MISSING                  # open | closed
+    max_reasks: int = MISSING
+    max_continues: int = MISSING
+    logprobs: Optional[bool] = MISSING
+    concurrency: int = MISSING
+
+
+@dataclass
+class ServeAuth:
+    env: Optional[str] = MISSING
+    file: Optional[str] = MISSING
+
+
+@dataclass
+class ServeLimits:
+    max_body_bytes: int = MISSING
+    max_messages: int = MISSING
+
+
+@dataclass
+class ServeConfig:
+    host: str = MISSING
+    port: int = MISSING
+    log_level: str = MISSING
+    upstream: ServeUpstream = MISSING
+    gates: ServeGates = MISSING
+    auth: ServeAuth = MISSING
+    limits: ServeLimits = MISSING
+
+
 # (group or None for an entry config, schema name, dataclass): what register() stores.
 SCHEMAS: list[tuple[str | None, str, type]] = [
     ("model", "schema", ModelConfig),
@@ -575,6 +622,7 @@ SCHEMAS: list[tuple[str | None, str, type]] = [
     (None, "factorized_schema", FactorizedConfig),
     (None, "oracle_schema", OracleConfig),
     (None, "sft_data_schema", SFTDataConfig),
+    (None, "serve_schema", ServeConfig),
 ]
 
 

@@ -1,0 +1,151 @@
+"""The FastAPI app: routes, limits, keys and errors around :class:`~.gating.Gater`.
+
+``create_app(cfg, gates, upstream)`` takes the gates and the upstream as objects, so a test injects forced gates
+and a fake upstream; ``python -m data_builders.runtime.serve`` builds the real ones from the config."""
+from __future__ import annotations
+
+import json
+import time
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from .auth import key_matches, load_api_keys
+from .gating import Gater, GatePolicy
+from .metrics import Metrics
+from .protocol import APIError, ChatRequest, validation_error
+from .upstream import Upstream
+
+ROUTES = {"/v1/chat/completions", "/v1/models", "/health", "/metrics"}
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body, refused with 413 as soon as it passes ``limit`` bytes (before reading it all when
+    Content-Length says so)."""
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise APIError(413, f"request body of {declared} bytes exceeds the limit of {limit} bytes",
+                       code="request_too_large")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise APIError(413, f"request body exceeds the limit of {limit} bytes", code="request_too_large")
+    return bytes(body)
+
+
+def parse_request(raw: bytes, max_messages: int) -> tuple[dict, ChatRequest]:
+    if not raw.strip():
+        raise APIError(400, "empty request body: send a JSON chat completion request", code="invalid_json")
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise APIError(400, f"request body is not valid JSON: {e}", code="invalid_json") from e
+    if not isinstance(body, dict):
+        raise APIError(400, f"request body must be a JSON object, not a {type(body).__name__}", code="invalid_json")
+    try:
+        req = ChatRequest.model_validate(body)
+    except ValidationError as e:
+        raise validation_error(e, "invalid request") from e
+    if len(req.messages) > max_messages:
+        raise APIError(400, f"{len(req.messages)} messages exceed the limit of {max_messages}",
+                       code="too_many_messages", param="messages")
+    if req.stream:
+        raise APIError(400, "stream=true is not supported by the gated endpoint: the gates decide on a whole turn "
+                            "(and may re-ask the upstream) before anything is sent; use stream=false",
+                       code="stream_unsupported", param="stream")
+    if (req.n or 1) != 1:
+        raise APIError(400, "n must be 1: the gates decide on one turn", code="invalid_request", param="n")
+    return body, req
+
+
+def create_app(cfg: Any, gates: Any, upstream: Upstream) -> FastAPI:
+    """``cfg``: the ``serve`` config (recipes/serve.yaml); ``gates``: a :class:`data_builders.runtime.api.Gates`
+    (or anything with its ``tool_call``/``answer``), None for a plain proxy; ``upstream``: the server behind."""
+    policy = GatePolicy(on_error=cfg.gates.on_error, max_reasks=cfg.gates.max_reasks,
+                        max_continues=cfg.gates.max_continues,
+                        logprobs=cfg.gates.g_step is not None if cfg.gates.logprobs is None else cfg.gates.logprobs,
+                        concurrency=cfg.gates.concurrency)
+    keys = load_api_keys(cfg.auth)
+    metrics = Metrics()
+    gater = Gater(gates, upstream, policy, metrics)
+    models: list[str] = list(cfg.upstream.models or [])
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        yield
+        await upstream.aclose()
+
+    app = FastAPI(title="toolwise gated endpoint", lifespan=lifespan, docs_url=None, redoc_url=None,
+                  openapi_url=None)
+    app.state.metrics, app.state.gater = metrics, gater
+    bearer = HTTPBearer(auto_error=False)
+
+    def require_key(creds: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:
+        if not keys:
+            return
+        if creds is None:
+            raise APIError(401, "missing API key: send 'Authorization: Bearer <key>'", code="missing_api_key")
+        if not key_matches(creds.credentials, keys):
+            raise APIError(401, "invalid API key", code="invalid_api_key")
+
+    async def served_models() -> list[str]:
+        if not models:      # none configured: the upstream's own list, asked once
+            models.extend(await upstream.models())
+        return models
+
+    @app.exception_handler(APIError)
+    async def api_error(request: Request, e: APIError) -> JSONResponse:
+        metrics.errors.labels(str(e.status), e.code).inc()
+        return JSONResponse(e.body(), status_code=e.status)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, e: StarletteHTTPException) -> JSONResponse:
+        code = {404: "unknown_route", 405: "method_not_allowed"}.get(e.status_code, "http_error")
+        return await api_error(request, APIError(e.status_code, f"{request.method} {request.url.path}: {e.detail}",
+                                                 code=code))
+
+    @app.exception_handler(Exception)
+    async def internal_error(request: Request, e: Exception) -> JSONResponse:
+        metrics.errors.labels("500", "internal_error").inc()
+        return JSONResponse(APIError(500, f"internal error: {type(e).__name__}", code="internal_error").body(),
+                            status_code=500)
+
+    @app.middleware("http")
+    async def count_requests(request: Request, call_next):
+        response = await call_next(request)
+        route = request.url.path if request.url.path in ROUTES else "other"
+        metrics.requests.labels(route, str(response.status_code)).inc()
+        return response
+
+    @app.get("/health")
+    async def health() -> dict:
+        return {"status": "ok", "upstream": upstream.base_url}
+
+    @app.get("/metrics", dependencies=[Depends(require_key)])
+    async def prometheus() -> Response:
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/v1/models", dependencies=[Depends(require_key)])
+    async def list_models() -> dict:
+        return {"object": "list", "data": [{"id": m, "object": "model", "created": 0, "owned_by": "toolwise"}
+                                           for m in await served_models()]}
+
+    @app.post("/v1/chat/completions", dependencies=[Depends(require_key)])
+    async def chat_completions(request: Request) -> JSONResponse:
+        body, req = parse_request(await read_body(request, cfg.limits.max_body_bytes), cfg.limits.max_messages)
+        if req.model not in await served_models():
+            raise APIError(404, f"model {req.model!r} is not served here (GET /v1/models lists them)",
+                           code="model_not_found", param="model")
+        start = time.perf_counter()
+        result = await gater.complete(body, body["messages"])
+        result["toolwise"]["wall_ms"] = round((time.perf_counter() - start) * 1000, 3)
+        return JSONResponse(result)
+
+    return app

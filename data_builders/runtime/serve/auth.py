@@ -1,0 +1,48 @@
+"""Bearer API keys: where they come from, and the rule that a server reachable from other machines has some."""
+from __future__ import annotations
+
+import ipaddress
+import os
+import secrets
+from pathlib import Path
+from typing import Any
+
+LOOPBACK_NAMES = {"localhost", "ip6-localhost", "ip6-loopback"}
+
+
+def load_api_keys(cfg: Any) -> frozenset[str]:
+    """Keys from the environment variable ``cfg.env`` (comma-separated) and the file ``cfg.file`` (one per line,
+    ``#`` comments). A named file that does not exist is an error, not an open server."""
+    keys: set[str] = set()
+    if cfg.env and os.environ.get(cfg.env):
+        keys.update(k.strip() for k in os.environ[cfg.env].split(",") if k.strip())
+    if cfg.file:
+        path = Path(cfg.file)
+        if not path.is_file():
+            raise FileNotFoundError(f"auth.file={cfg.file}: no such file (one API key per line)")
+        for line in path.read_text(encoding="utf-8").splitlines():
+            line = line.split("#", 1)[0].strip()
+            if line:
+                keys.add(line)
+    return frozenset(keys)
+
+
+def is_loopback(host: str) -> bool:
+    if host.lower() in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False     # a host name or 0.0.0.0 / :: (every interface): reachable from elsewhere
+
+
+def check_bind(host: str, keys: frozenset[str], env: str | None) -> None:
+    """Refuse to serve ``host`` beyond this machine without an API key."""
+    if not keys and not is_loopback(host):
+        raise SystemExit(f"refusing to serve on {host} without an API key: set {env or 'auth.env'} (comma-separated "
+                         f"keys) or auth.file=<file with one key per line>, or bind host=127.0.0.1")
+
+
+def key_matches(given: str, keys: frozenset[str]) -> bool:
+    # constant-time per key, and every key compared, so timing says nothing about which or how much matched
+    return any([secrets.compare_digest(given.encode(), k.encode()) for k in keys])

@@ -1,0 +1,159 @@
+"""One gated chat completion: ask the upstream, let the gates decide on the turn it proposes, re-ask when they
+say so, and record every decision.
+
+* a proposed tool call goes through the ToolGate; when every call of the turn is skipped, the upstream is
+  re-asked with the turn and toolwise's skipped-call tool message for each call (what the agent loop feeds back on
+  a skip), up to ``max_reasks`` times; calls the gate lets execute go back to the client, which runs its own tools
+  (the server never executes one). Skipped calls in a turn that also has executed ones are dropped from it.
+* a final answer goes through G-STEP (with the answer's token log-probs); *continue* appends toolwise's
+  verification prompt and re-asks, up to ``max_continues`` verification rounds per conversation (a verification
+  prompt already in the client's messages counts).
+* a gate that raises: ``on_error=open`` (default) applies execute / commit, ``closed`` skip / continue; either
+  way the decision is recorded with ``action: "error"``.
+
+The messages the server added (skipped turns, verification prompts) come back in ``toolwise.injected`` so a
+client keeping the transcript can splice them in before the returned turn."""
+from __future__ import annotations
+
+import time
+from collections import Counter
+from functools import partial
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from anyio import CapacityLimiter, to_thread
+
+from data_builders.agent import prompts as P
+from data_builders.environments.base import serialize
+
+from .metrics import Metrics
+from .upstream import Upstream
+
+ON_ERROR = {"open": {"toolgate": "execute", "g_step": "commit"}, "closed": {"toolgate": "skip", "g_step": "continue"}}
+
+
+@dataclass
+class GatePolicy:
+    on_error: str = "open"
+    max_reasks: int = 2
+    max_continues: int = 1
+    logprobs: bool = False          # request token log-probs from the upstream (G-STEP reads them)
+    concurrency: int = 1            # gate decisions computed at once
+
+    def __post_init__(self):
+        if self.on_error not in ON_ERROR:
+            raise ValueError(f"gates.on_error={self.on_error!r}: choose open or closed")
+        if self.max_reasks < 0 or self.max_continues < 0:
+            raise ValueError("gates.max_reasks and gates.max_continues must be >= 0")
+        if self.concurrency < 1:
+            raise ValueError("gates.concurrency must be >= 1")
+
+
+def skipped_call_message(call: dict) -> dict:
+    return {"role": "tool", "tool_call_id": call["id"], "content": serialize(P.SKIPPED_CALL_RESULT)}
+
+
+def token_logprobs(choice: dict) -> list[float] | None:
+    content = (choice.get("logprobs") or {}).get("content")
+    if not isinstance(content, list):
+        return None
+    values = [t.get("logprob") for t in content if isinstance(t, dict)]
+    return [float(v) for v in values if isinstance(v, (int, float))] or None
+
+
+class Gater:
+    def __init__(self, gates: Any, upstream: Upstream, policy: GatePolicy, metrics: Metrics):
+        self.gates, self.upstream, self.policy, self.metrics = gates, upstream, policy, metrics
+        # A decision is CPU-bound torch that already uses every core it is given: decisions run in worker threads
+        # (the event loop keeps serving) but only `concurrency` at a time, as parallel ones only contend.
+        self.limiter = CapacityLimiter(policy.concurrency)
+
+    async def _decide(self, gate: str, method: str, *args, **kwargs) -> dict | None:
+        """The gate's decision as a record, or None when that gate is not loaded. Gates run torch: a worker
+        thread keeps the event loop serving other requests meanwhile. The gate-latency histogram includes the
+        wait for a free worker; the decision's own ``latency_ms`` is featurizing + forward only."""
+        if self.gates is None or getattr(self.gates, gate, True) is None:
+            return None     # a plain proxy, or runtime-API Gates without this gate: no thread hop for a None
+        start = time.perf_counter()
+        try:
+            decision = await to_thread.run_sync(partial(getattr(self.gates, method), *args, **kwargs),
+                                                limiter=self.limiter)
+        except Exception as e:  # a gate failure is recorded and resolved by on_error, never dropped
+            self.metrics.gate_errors.labels(gate).inc()
+            self.metrics.gate_latency.labels(gate).observe(time.perf_counter() - start)
+            return {"gate": gate, "action": "error", "error": f"{type(e).__name__}: {e}"[:300],
+                    "applied": ON_ERROR[self.policy.on_error][gate]}
+        if decision is None:
+            return None
+        self.metrics.gate_latency.labels(gate).observe(time.perf_counter() - start)
+        record = asdict(decision)
+        record["applied"] = record["action"]
+        return record
+
+    async def complete(self, request: dict, messages: list[dict]) -> dict:
+        tools = request.get("tools") or []
+        payload = {k: v for k, v in request.items() if k != "messages"}
+        if self.policy.logprobs:
+            payload["logprobs"] = True      # G-STEP reads the answer's token log-probs
+        injected: list[dict] = []
+        decisions: list[dict] = []
+        usage: Counter = Counter()
+        continues = sum(m.get("role") == "user" and m.get("content") == P.VERIFY_PROMPT for m in messages)
+        reasks, calls, upstream_s = 0, 0, 0.0
+        while True:
+            context = messages + injected
+            body, latency = await self.upstream.chat({**payload, "messages": context})
+            self.metrics.upstream_latency.observe(latency)
+            calls += 1
+            upstream_s += latency
+            usage.update({k: v for k, v in (body.get("usage") or {}).items() if isinstance(v, int)})
+            choice = body["choices"][0]
+            turn = choice["message"]
+            if turn.get("tool_calls"):
+                records = []
+                for call in turn["tool_calls"]:
+                    rec = await self._decide("toolgate", "tool_call", context, tools, call)
+                    if rec is not None:
+                        rec.update(round=calls - 1, call_id=call["id"], call=call["function"]["name"])
+                        records.append(rec)
+                skipped = {r["call_id"] for r in records if r["applied"] == "skip"}
+                if skipped and len(skipped) == len(turn["tool_calls"]) and reasks >= self.policy.max_reasks:
+                    for r in records:   # every call skipped, no re-ask left: the client gets the turn as it is
+                        r.update(applied="execute", reason="reask_limit")
+                    skipped = set()
+                decisions.extend(records)
+                for r in records:
+                    self.metrics.decisions.labels("toolgate", r["applied"]).inc()
+                self.metrics.skipped_calls.inc(len(skipped))
+                if skipped and len(skipped) == len(turn["tool_calls"]):
+                    reasks += 1
+                    # the turn as a client would send it back (no vendor fields), then one result per call
+                    asked = {"role": "assistant", "content": turn.get("content"), "tool_calls": turn["tool_calls"]}
+                    injected += [asked, *(skipped_call_message(c) for c in turn["tool_calls"])]
+                    continue
+                if skipped:
+                    turn["tool_calls"] = [c for c in turn["tool_calls"] if c["id"] not in skipped]
+                break
+            if turn.get("content") is None:
+                break
+            # the completion's token counts and finish reason: G-STEP reads them with the log-probs
+            rec = await self._decide("g_step", "answer", context, tools, turn["content"], token_logprobs(choice),
+                                     usage=body.get("usage"), finish_reason=choice.get("finish_reason"))
+            if rec is None:
+                break
+            rec.update(round=calls - 1)
+            if rec["applied"] == "continue" and continues >= self.policy.max_continues:
+                rec.update(applied="commit", reason="continue_limit")
+            decisions.append(rec)
+            self.metrics.decisions.labels("g_step", rec["applied"]).inc()
+            if rec["applied"] != "continue":
+                break
+            continues += 1
+            self.metrics.continues.inc()
+            injected += [{"role": "assistant", "content": turn["content"]},
+                         {"role": "user", "content": P.VERIFY_PROMPT}]
+        if self.policy.logprobs and not request.get("logprobs"):
+            choice["logprobs"] = None       # asked for the gate, not by the client
+        body["toolwise"] = {"decisions": decisions, "injected": injected, "upstream_calls": calls,
+                            "upstream_ms": round(upstream_s * 1000, 3), "usage": dict(usage)}
+        return body

@@ -1,0 +1,137 @@
+"""Test doubles for the endpoint: a scripted OpenAI-compatible upstream and gates with forced decisions.
+
+Used by the tests, by ``benchmarks/serve_load.py`` and to try the endpoint without a model. The upstream is an
+ASGI app: in process through ``httpx.ASGITransport`` (no socket), or on a loopback port with :func:`serve_in_thread`.
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import uvicorn
+from fastapi import FastAPI, Request
+
+from data_builders.runtime.controller_hooks import GateDecision
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def agent_reply(body: dict) -> dict:
+    """A scripted policy: call the first tool until a tool result is in, then answer with it in ``\\boxed{}``;
+    without tools, answer at once. Enough for a multi-turn tool episode."""
+    messages, tools = body["messages"], body.get("tools") or []
+    last = messages[-1]
+    if last["role"] == "tool":
+        return {"role": "assistant", "content": f"The tool says {last['content']}. \\boxed{{42}}"}
+    if tools:
+        n = sum(m["role"] == "assistant" for m in messages)
+        name = tools[0]["function"]["name"]
+        return {"role": "assistant", "content": None, "tool_calls": [
+            {"id": f"call_{n}", "type": "function", "function": {"name": name, "arguments": json.dumps({"x": n})}}]}
+    return {"role": "assistant", "content": "\\boxed{42}"}
+
+
+@dataclass
+class ScriptedUpstream:
+    """An OpenAI-compatible chat server whose turns come from ``reply(request_body) -> assistant message`` (or a
+    whole raw ``fastapi.Response`` to send garbage). Records every request body it received."""
+    reply: Callable[[dict], object] = agent_reply
+    model: str = "scripted"
+    delay_s: float = 0.0
+    requests: list = field(default_factory=list)
+
+    def __post_init__(self):
+        self.app = FastAPI()
+        ids = itertools.count()
+
+        @self.app.get("/v1/models")
+        async def models() -> dict:
+            return {"object": "list", "data": [{"id": self.model, "object": "model"}]}
+
+        @self.app.post("/v1/chat/completions")
+        async def chat(request: Request):
+            body = await request.json()
+            self.requests.append(body)
+            if self.delay_s:
+                await asyncio.sleep(self.delay_s)
+            message = self.reply(body)
+            if not isinstance(message, dict):
+                return message          # a raw Response: what a broken upstream sends
+            tokens = len(str(message.get("content") or "").split()) or 1
+            logprobs = ({"content": [{"token": f"t{i}", "logprob": -0.1 * (i + 1), "top_logprobs": []}
+                                     for i in range(tokens)]} if body.get("logprobs") else None)
+            return {"id": f"chatcmpl-{next(ids)}", "object": "chat.completion", "created": int(time.time()),
+                    "model": body["model"],
+                    "choices": [{"index": 0, "message": message, "logprobs": logprobs,
+                                 "finish_reason": "tool_calls" if message.get("tool_calls") else "stop"}],
+                    "usage": {"prompt_tokens": 10 * len(body["messages"]), "completion_tokens": tokens,
+                              "total_tokens": 10 * len(body["messages"]) + tokens}}
+
+
+@dataclass
+class ForcedGates:
+    """Gates with the interface of :class:`data_builders.runtime.api.Gates` whose decisions are forced: the next
+    entry of ``tool_actions`` / ``answer_actions`` (then ``default_*``; None: that gate is not loaded). An action
+    ``"raise"`` makes the call fail, to test ``on_error``. Records what each call saw in ``seen``."""
+    tool_actions: list = field(default_factory=list)
+    answer_actions: list = field(default_factory=list)
+    default_tool: str | None = "execute"
+    default_answer: str | None = "commit"
+    seen: list = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def _next(self, gate: str, queue: list, default: str | None, record: dict) -> GateDecision | None:
+        start = time.perf_counter()
+        with self.lock:
+            self.seen.append({"gate": gate, **record})
+            action = queue.pop(0) if queue else default
+        if action is None:
+            return None
+        if action == "raise":
+            raise RuntimeError(f"forced {gate} failure")
+        positive = action in ("skip", "continue")
+        return GateDecision(gate, action, 0.9 if positive else 0.1, 0.5, (time.perf_counter() - start) * 1000)
+
+    def tool_call(self, messages: list[dict], tools: list[dict], call: dict) -> GateDecision | None:
+        return self._next("toolgate", self.tool_actions, self.default_tool,
+                          {"messages": list(messages), "tools": tools, "call": call})
+
+    def answer(self, messages: list[dict], tools: list[dict], answer: str, logprobs: list[float] | None,
+               *, usage: dict | None = None, finish_reason: str | None = None) -> GateDecision | None:
+        return self._next("g_step", self.answer_actions, self.default_answer,
+                          {"messages": list(messages), "answer": answer, "logprobs": logprobs, "usage": usage,
+                           "finish_reason": finish_reason})
+
+
+class serve_in_thread:
+    """``with serve_in_thread(app) as base_url:`` — uvicorn serving ``app`` on a free loopback port in a daemon
+    thread, stopped on exit."""
+
+    def __init__(self, app, host: str = "127.0.0.1", port: int | None = None):
+        self.server = uvicorn.Server(uvicorn.Config(app, host=host, port=port or free_port(host), log_level="error",
+                                                    lifespan="on"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> str:
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("uvicorn did not start")
+            time.sleep(0.01)
+        cfg = self.server.config
+        return f"http://{cfg.host}:{cfg.port}"
+
+    def __exit__(self, *exc) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)

@@ -1,0 +1,96 @@
+"""The upstream OpenAI-compatible server (vLLM, SGLang, a hosted API) behind the endpoint, over httpx.
+
+Every failure becomes an :class:`~.protocol.APIError` the client can act on: unreachable or a server error → 502,
+timeout → 504, a chat completion that is not one (not JSON, no ``choices``) → 502, a 4xx about the request itself
+(400/404/413/422/429) → the same status with the upstream's message. Retries are httpx's transport retries: a
+connection that failed to open is retried ``retries`` times; a request the upstream received is not resent (it
+may have generated already, and generation is the expensive part)."""
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import httpx
+from pydantic import ValidationError
+
+from .protocol import APIError, ChatResponse, validation_error
+
+PASSED_THROUGH = {400, 404, 413, 422, 429}   # upstream statuses about the client's request, not the gateway
+
+
+class Upstream:
+    def __init__(self, base_url: str, *, api_key: str | None = None, timeout_s: float = 60.0,
+                 connect_timeout_s: float = 5.0, retries: int = 2, max_connections: int = 64,
+                 transport: httpx.AsyncBaseTransport | None = None):
+        self.base_url = base_url.rstrip("/")
+        self._client = httpx.AsyncClient(
+            base_url=self.base_url + "/",
+            timeout=httpx.Timeout(timeout_s, connect=connect_timeout_s),
+            headers={"Authorization": f"Bearer {api_key}"} if api_key else {},
+            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
+            transport=transport or httpx.AsyncHTTPTransport(retries=retries))
+        self.last_latency_s = 0.0
+
+    @classmethod
+    def from_config(cls, cfg: Any, transport: httpx.AsyncBaseTransport | None = None) -> "Upstream":
+        key = os.environ.get(cfg.api_key_env) if cfg.api_key_env else None
+        return cls(cfg.base_url, api_key=key, timeout_s=cfg.timeout_s, connect_timeout_s=cfg.connect_timeout_s,
+                   retries=cfg.retries, max_connections=cfg.max_connections, transport=transport)
+
+    async def _request(self, method: str, path: str, json: dict | None = None) -> tuple[dict, float]:
+        start = time.perf_counter()
+        try:
+            r = await self._client.request(method, path, json=json)
+        except httpx.TimeoutException as e:
+            raise APIError(504, f"upstream {self.base_url} timed out ({type(e).__name__})",
+                           code="upstream_timeout") from e
+        except httpx.HTTPError as e:
+            raise APIError(502, f"upstream {self.base_url} unreachable: {type(e).__name__}: {e}",
+                           code="upstream_unreachable") from e
+        latency = time.perf_counter() - start
+        if r.status_code >= 400:
+            detail = _error_message(r)
+            if r.status_code in PASSED_THROUGH:
+                raise APIError(r.status_code, f"upstream rejected the request: {detail}", code="upstream_rejected")
+            raise APIError(502, f"upstream {self.base_url} answered {r.status_code}: {detail}",
+                           code="upstream_error")
+        try:
+            body = r.json()
+        except ValueError as e:
+            raise APIError(502, f"upstream {self.base_url} answered {r.status_code} with a body that is not JSON: "
+                                f"{r.text[:200]!r}", code="upstream_garbage") from e
+        if not isinstance(body, dict):
+            raise APIError(502, f"upstream {self.base_url} answered a JSON {type(body).__name__}, not an object",
+                           code="upstream_garbage")
+        return body, latency
+
+    async def chat(self, payload: dict) -> tuple[dict, float]:
+        """The upstream's chat completion for ``payload`` (validated) and the request's latency in seconds."""
+        body, latency = await self._request("POST", "chat/completions", json=payload)
+        try:
+            ChatResponse.model_validate(body)
+        except ValidationError as e:
+            raise validation_error(e, f"upstream {self.base_url} answered an invalid chat completion", 502,
+                                   "upstream_garbage") from e
+        return body, latency
+
+    async def models(self) -> list[str]:
+        body, _ = await self._request("GET", "models")
+        data = body.get("data")
+        if not isinstance(data, list) or not all(isinstance(m, dict) and isinstance(m.get("id"), str) for m in data):
+            raise APIError(502, f"upstream {self.base_url}/models answered no model list", code="upstream_garbage")
+        return [m["id"] for m in data]
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+
+def _error_message(r: httpx.Response) -> str:
+    try:
+        err = r.json().get("error")
+        if isinstance(err, dict) and err.get("message"):
+            return str(err["message"])[:500]
+    except (ValueError, AttributeError):
+        pass
+    return r.text[:200] or r.reason_phrase

@@ -1,0 +1,430 @@
+"""The gated OpenAI-compatible endpoint (data_builders/runtime/serve): gates steering an upstream's turns, the
+official ``openai`` client driving an episode through it, and every bad request getting its documented status
+while the server keeps serving. Upstream and gates are test doubles (serve/testing.py): no model, no network
+beyond loopback."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("fastapi")
+import httpx  # noqa: E402
+from fastapi import Response  # noqa: E402
+from fastapi.testclient import TestClient  # noqa: E402
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+
+import recipes  # noqa: E402
+from data_builders.agent import prompts as P  # noqa: E402
+from data_builders.environments.base import serialize  # noqa: E402
+from data_builders.runtime.serve import Upstream, create_app  # noqa: E402
+from data_builders.runtime.serve.auth import check_bind, is_loopback, load_api_keys  # noqa: E402
+from data_builders.runtime.serve.testing import (ForcedGates, ScriptedUpstream, agent_reply, free_port,  # noqa: E402
+                                                 serve_in_thread)
+
+REPO = recipes.CONFIG_DIR.rsplit("/", 1)[0]
+TOOLS = [{"type": "function", "function": {"name": "calculator", "description": "arithmetic",
+                                           "parameters": {"type": "object", "properties": {"x": {"type": "integer"}}}}}]
+KEY = "sk-test-0123456789"
+
+
+@pytest.fixture(autouse=True)
+def _no_keys_from_the_environment(monkeypatch):
+    monkeypatch.delenv("TOOLWISE_API_KEYS", raising=False)
+
+
+def config(*overrides: str):
+    return recipes.compose("serve", ["upstream.base_url=http://upstream.test/v1", *overrides])
+
+
+def served(gates=None, *overrides: str, fake: ScriptedUpstream | None = None, transport=None):
+    """A TestClient on the endpoint in front of ``fake`` (in process, through ASGITransport) or ``transport``."""
+    fake = fake or ScriptedUpstream()
+    cfg = config(*overrides)
+    upstream = Upstream.from_config(cfg.upstream, transport=transport or httpx.ASGITransport(fake.app))
+    app = create_app(cfg, gates, upstream)
+    return TestClient(app), fake, app
+
+
+def ask(client, messages=None, tools=TOOLS, **extra):
+    body = {"model": "scripted", "messages": messages or [{"role": "user", "content": "What is 6*7?"}], **extra}
+    if tools is not None:
+        body["tools"] = tools
+    return client.post("/v1/chat/completions", json=body)
+
+
+def metric(client, name: str, **labels: str) -> float:
+    """A sample of /metrics, read with prometheus_client's own parser."""
+    for family in text_string_to_metric_families(client.get("/metrics").text):
+        for sample in family.samples:
+            if sample.name == name and sample.labels == labels:
+                return sample.value
+    raise AssertionError(f"{name}{labels} not in /metrics")
+
+
+# ---------------------------------------------------------------------------------------------- config
+def test_config_composes_typed_with_the_documented_defaults():
+    cfg = recipes.compose("serve")
+    assert type(cfg).__name__ == "DictConfig" and cfg.gates.on_error == "open" and cfg.host == "127.0.0.1"
+    with pytest.raises(Exception, match="port"):
+        recipes.compose("serve", ["port=eighty"])
+    with pytest.raises(ValueError, match="on_error"):
+        served(None, "gates.on_error=maybe")
+
+
+# ---------------------------------------------------------------------------------------------- routes
+def test_health_models_and_plain_proxy():
+    client, fake, _ = served(None)
+    with client:
+        assert client.get("/health").json()["status"] == "ok"
+        assert [m["id"] for m in client.get("/v1/models").json()["data"]] == ["scripted"]
+        r = ask(client)
+        assert r.status_code == 200
+        body = r.json()
+        assert body["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "calculator"
+        assert body["toolwise"]["decisions"] == [] and body["toolwise"]["upstream_calls"] == 1
+        assert len(fake.requests) == 1 and "logprobs" not in fake.requests[0]   # no G-STEP: none asked for
+
+
+def test_execute_returns_the_call_to_the_client_with_the_decision():
+    gates = ForcedGates(tool_actions=["execute"])
+    client, fake, _ = served(gates)
+    with client:
+        body = ask(client).json()
+    assert body["choices"][0]["message"]["tool_calls"][0]["id"] == "call_0"
+    (d,) = body["toolwise"]["decisions"]
+    assert d["gate"] == "toolgate" and d["action"] == d["applied"] == "execute" and d["call_id"] == "call_0"
+    assert d["probability"] == 0.1 and d["tau"] == 0.5 and d["latency_ms"] >= 0
+    assert len(fake.requests) == 1
+    # the gate saw the conversation before the proposed turn, and the call itself
+    assert gates.seen[0]["messages"] == [{"role": "user", "content": "What is 6*7?"}]
+    assert gates.seen[0]["call"]["function"]["name"] == "calculator" and gates.seen[0]["tools"] == TOOLS
+
+
+def test_forced_skip_reasks_with_the_skipped_call_message():
+    gates = ForcedGates(tool_actions=["skip"])
+    client, fake, _ = served(gates)
+    with client:
+        body = ask(client).json()
+        assert metric(client, "toolwise_skipped_calls_total") == 1
+    assert len(fake.requests) == 2
+    reasked = fake.requests[1]["messages"]
+    assert reasked[-2]["tool_calls"][0]["id"] == "call_0"
+    assert reasked[-1] == {"role": "tool", "tool_call_id": "call_0", "content": serialize(P.SKIPPED_CALL_RESULT)}
+    # the re-asked turn (an answer, since the scripted policy saw a tool message) is what the client gets
+    assert body["choices"][0]["message"]["content"].endswith("\\boxed{42}")
+    assert body["toolwise"]["injected"] == reasked[1:]
+    assert [(d["gate"], d["applied"]) for d in body["toolwise"]["decisions"]] == [("toolgate", "skip"),
+                                                                                ("g_step", "commit")]
+    assert body["toolwise"]["usage"]["prompt_tokens"] == 10 + 30     # both upstream calls counted
+
+
+def test_reasks_are_bounded_then_the_turn_goes_back_as_it_is():
+    always_call = lambda body: {"role": "assistant", "content": None, "tool_calls": [  # noqa: E731
+        {"id": f"c{len(body['messages'])}", "type": "function", "function": {"name": "calculator", "arguments": "{}"}}]}
+    client, fake, _ = served(ForcedGates(default_tool="skip"), "gates.max_reasks=2",
+                             fake=ScriptedUpstream(reply=always_call))
+    with client:
+        body = ask(client).json()
+    assert len(fake.requests) == 3
+    assert body["choices"][0]["message"]["tool_calls"]
+    last = body["toolwise"]["decisions"][-1]
+    assert last["action"] == "skip" and last["applied"] == "execute" and last["reason"] == "reask_limit"
+
+
+def test_a_skipped_call_next_to_an_executed_one_is_dropped():
+    two_calls = lambda body: {"role": "assistant", "content": None, "tool_calls": [  # noqa: E731
+        {"id": f"c{i}", "type": "function", "function": {"name": "calculator", "arguments": "{}"}} for i in (1, 2)]}
+    client, fake, _ = served(ForcedGates(tool_actions=["skip", "execute"]), fake=ScriptedUpstream(reply=two_calls))
+    with client:
+        body = ask(client).json()
+    assert [c["id"] for c in body["choices"][0]["message"]["tool_calls"]] == ["c2"]
+    assert len(fake.requests) == 1
+
+
+def test_forced_continue_adds_one_verification_round():
+    gates = ForcedGates(answer_actions=["continue"])
+    client, fake, _ = served(gates, "gates.logprobs=true")
+    with client:
+        body = ask(client, tools=None).json()
+        assert metric(client, "toolwise_continues_total") == 1
+    assert len(fake.requests) == 2 and all(r["logprobs"] is True for r in fake.requests)
+    assert fake.requests[1]["messages"][-1] == {"role": "user", "content": P.VERIFY_PROMPT}
+    assert fake.requests[1]["messages"][-2] == {"role": "assistant", "content": "\\boxed{42}"}
+    assert [d["applied"] for d in body["toolwise"]["decisions"]] == ["continue", "commit"]
+    assert gates.seen[0]["logprobs"] == pytest.approx([-0.1])      # the answer's token log-probs reach G-STEP
+    assert gates.seen[0]["usage"]["completion_tokens"] == 1 and gates.seen[0]["finish_reason"] == "stop"
+    assert body["choices"][0]["logprobs"] is None                 # asked for the gate, not by the client
+
+
+def test_verification_rounds_are_bounded_per_conversation():
+    client, fake, _ = served(ForcedGates(default_answer="continue"), "gates.max_continues=1")
+    with client:
+        body = ask(client, tools=None).json()
+        assert len(fake.requests) == 2
+        assert body["toolwise"]["decisions"][-1]["reason"] == "continue_limit"
+        # a verification prompt already in the client's history uses the round up
+        history = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "\\boxed{1}"},
+                   {"role": "user", "content": P.VERIFY_PROMPT}]
+        body = ask(client, messages=history, tools=None, logprobs=True).json()
+    assert len(fake.requests) == 3 and body["toolwise"]["decisions"][0]["applied"] == "commit"
+    assert body["choices"][0]["logprobs"]["content"]                  # the client asked: kept
+
+
+@pytest.mark.parametrize("on_error,applied,upstream_calls", [("open", "execute", 1), ("closed", "skip", 2)])
+def test_a_failing_gate_is_recorded_and_resolved_by_on_error(on_error, applied, upstream_calls):
+    client, fake, _ = served(ForcedGates(tool_actions=["raise"]), f"gates.on_error={on_error}")
+    with client:
+        r = ask(client)
+        assert r.status_code == 200
+        assert metric(client, "toolwise_gate_errors_total", gate="toolgate") == 1
+    d = r.json()["toolwise"]["decisions"][0]
+    assert d["action"] == "error" and d["applied"] == applied and "forced toolgate failure" in d["error"]
+    assert len(fake.requests) == upstream_calls
+
+
+def test_metrics_count_requests_latencies_and_errors():
+    client, _, _ = served(ForcedGates(tool_actions=["skip"]))
+    with client:
+        ask(client)
+        ask(client, model="nope")
+        assert metric(client, "toolwise_requests_total", route="/v1/chat/completions", status="200") == 1
+        assert metric(client, "toolwise_errors_total", status="404", code="model_not_found") == 1
+        assert metric(client, "toolwise_upstream_latency_seconds_count") == 2      # the skip's re-ask too
+        assert metric(client, "toolwise_gate_latency_seconds_count", gate="toolgate") == 1
+        assert metric(client, "toolwise_gate_decisions_total", gate="toolgate", action="skip") == 1
+        assert metric(client, "toolwise_gate_decisions_total", gate="g_step", action="commit") == 1
+
+
+@pytest.mark.slow
+def test_the_committed_gates_decide_through_the_endpoint():
+    """The real runtime API (data_builders/runtime/api.py) behind the endpoint, with the reference ToolGate and
+    G-STEP (MiniLM, the embedded policy's tokenizer): real decisions, no gate error."""
+    from data_builders.runtime.serve.__main__ import load_gates
+
+    ref = recipes.compose("rollout").checkpoints
+    cfg = config(f"gates.toolgate={ref.toolgate}", f"gates.g_step={ref.g_step}")
+    client, fake, _ = served(load_gates(cfg.gates), f"gates.toolgate={ref.toolgate}", f"gates.g_step={ref.g_step}")
+    with client:
+        call = ask(client).json()["toolwise"]
+        answer = ask(client, tools=None).json()["toolwise"]
+    d = call["decisions"][0]
+    assert d["gate"] == "toolgate" and d["action"] in ("execute", "skip") and 0 <= d["probability"] <= 1
+    assert answer["decisions"][0]["gate"] == "g_step" and answer["decisions"][0]["action"] in ("commit", "continue")
+    assert fake.requests[-1]["logprobs"] is True              # gates.g_step set: log-probs asked for
+
+
+# ---------------------------------------------------------------------------------------------- openai client
+def test_openai_client_drives_a_multi_turn_tool_episode():
+    openai = pytest.importorskip("openai")
+    fake = ScriptedUpstream()
+    # turn 1: the call runs (client side); turn 2: the answer gets one verification round, whose call runs too;
+    # turn 3: the re-answer is committed
+    gates = ForcedGates(tool_actions=["execute", "execute"], answer_actions=["continue", "commit"])
+    with serve_in_thread(fake.app) as upstream_url:
+        cfg = config(f"upstream.base_url={upstream_url}/v1", "gates.logprobs=true")
+        app = create_app(cfg, gates, Upstream.from_config(cfg.upstream))
+        with serve_in_thread(app) as url:
+            client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused-on-loopback", max_retries=0)
+            messages = [{"role": "user", "content": "What is 6*7?"}]
+            finals = []
+            for _ in range(4):
+                out = client.chat.completions.create(model="scripted", messages=messages, tools=TOOLS)
+                extra = out.model_extra["toolwise"]
+                msg = out.choices[0].message
+                messages += extra["injected"]            # what the server added before this turn
+                messages.append(msg.model_dump(exclude_none=True))
+                if not msg.tool_calls:
+                    finals.append(msg.content)
+                    break
+                for call in msg.tool_calls:              # the client runs its own tools
+                    messages.append({"role": "tool", "tool_call_id": call.id, "content": json.dumps({"result": 42})})
+    assert finals and finals[0].endswith("\\boxed{42}")
+    roles = [m["role"] for m in messages]
+    assert roles == ["user", "assistant", "tool", "assistant", "user", "assistant", "tool", "assistant"]
+    assert messages[4]["content"] == P.VERIFY_PROMPT
+    assert len(fake.requests) == 4                       # 3 client turns + 1 verification re-ask
+    assert fake.requests[-1]["messages"] == messages[:-1]
+
+
+# ---------------------------------------------------------------------------------------------- bad requests
+GOOD = {"model": "scripted", "messages": [{"role": "user", "content": "hi"}]}
+
+
+def with_(**changes):
+    return json.dumps({**GOOD, **changes})
+
+
+def msg(**m):
+    return with_(messages=[m])
+
+
+BAD_BODIES = [  # (id, raw body, status, error code)
+    ("malformed_json", '{"model": "scripted", "messages": [', 400, "invalid_json"),
+    ("empty_body", "", 400, "invalid_json"),
+    ("json_array", "[1, 2]", 400, "invalid_json"),
+    ("json_string", '"hello"', 400, "invalid_json"),
+    ("not_utf8", b'{"model": "\xff\xfe"}', 400, "invalid_json"),
+    ("missing_model", json.dumps({"messages": GOOD["messages"]}), 400, "invalid_request"),
+    ("missing_messages", json.dumps({"model": "scripted"}), 400, "invalid_request"),
+    ("empty_messages", with_(messages=[]), 400, "invalid_request"),
+    ("messages_not_a_list", with_(messages="hi"), 400, "invalid_request"),
+    ("message_without_role", msg(content="hi"), 400, "invalid_request"),
+    ("unknown_role", msg(role="wizard", content="hi"), 400, "invalid_request"),
+    ("user_without_content", msg(role="user"), 400, "invalid_request"),
+    ("tool_without_call_id", msg(role="tool", content="3"), 400, "invalid_request"),
+    ("model_not_a_string", with_(model=7), 400, "invalid_request"),
+    ("temperature_not_a_number", with_(temperature="hot"), 400, "invalid_request"),
+    ("negative_temperature", with_(temperature=-1), 400, "invalid_request"),
+    ("max_tokens_zero", with_(max_tokens=0), 400, "invalid_request"),
+    ("tool_of_wrong_type", with_(tools=[{"type": "retrieval", "function": {"name": "x"}}]), 400, "invalid_request"),
+    ("call_arguments_not_a_string", msg(role="assistant", tool_calls=[
+        {"id": "c", "type": "function", "function": {"name": "f", "arguments": {"x": 1}}}]), 400, "invalid_request"),
+    ("n_above_one", with_(n=2), 400, "invalid_request"),
+    ("stream", with_(stream=True), 400, "stream_unsupported"),
+    ("too_many_messages", with_(messages=[{"role": "user", "content": "hi"}] * 9), 400, "too_many_messages"),
+    ("unknown_model", with_(model="gpt-9"), 404, "model_not_found"),
+    ("huge_body", with_(messages=[{"role": "user", "content": "x" * 5000}]), 413, "request_too_large"),
+]
+
+
+def assert_error(r, status: int, code: str) -> None:
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert err["code"] == code and isinstance(err["message"], str) and err["message"] and err["type"]
+
+
+def assert_still_serving(client, headers=None) -> None:
+    r = client.post("/v1/chat/completions", json=GOOD, headers=headers)
+    assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "\\boxed{42}"
+
+
+@pytest.fixture(scope="module")
+def limited():
+    client, _, _ = served(ForcedGates(), "limits.max_body_bytes=4096", "limits.max_messages=8")
+    with client:
+        yield client
+
+
+@pytest.mark.parametrize("raw,status,code", [b[1:] for b in BAD_BODIES], ids=[b[0] for b in BAD_BODIES])
+def test_bad_request_gets_its_status_and_the_server_keeps_serving(limited, raw, status, code):
+    r = limited.post("/v1/chat/completions", content=raw, headers={"content-type": "application/json"})
+    assert_error(r, status, code)
+    assert_still_serving(limited)
+
+
+def test_chunked_body_over_the_limit_is_refused_while_read(limited):
+    chunks = (b'{"model": "scripted", "messages": [{"role": "user", "content": "' + b"x" * 1024 for _ in range(8))
+    assert_error(limited.post("/v1/chat/completions", content=chunks), 413, "request_too_large")
+    assert_still_serving(limited)
+
+
+def test_unknown_route_and_wrong_method_are_json_errors(limited):
+    assert_error(limited.get("/v1/engines"), 404, "unknown_route")
+    assert_error(limited.get("/v1/chat/completions"), 405, "method_not_allowed")
+    assert_still_serving(limited)
+
+
+@pytest.mark.parametrize("headers,code", [({}, "missing_api_key"), ({"Authorization": "Bearer sk-wrong"},
+                                                                     "invalid_api_key"),
+                                          ({"Authorization": f"Basic {KEY}"}, "missing_api_key")],
+                         ids=["missing_key", "wrong_key", "wrong_scheme"])
+def test_keys_are_required_when_set(monkeypatch, headers, code):
+    monkeypatch.setenv("TOOLWISE_API_KEYS", f"sk-other, {KEY}")
+    client, _, _ = served(None)
+    with client:
+        assert_error(client.post("/v1/chat/completions", json=GOOD, headers=headers), 401, code)
+        assert_error(client.get("/metrics", headers=headers), 401, code)
+        assert client.get("/health").status_code == 200                # probes need no key
+        assert_still_serving(client, {"Authorization": f"Bearer {KEY}"})
+
+
+def test_keys_from_a_file_and_the_bind_rule(tmp_path):
+    keys = tmp_path / "keys"
+    keys.write_text(f"# ops keys\n{KEY}\n\nsk-second  # rotated in\n")
+    cfg = config(f"auth.file={keys}")
+    assert load_api_keys(cfg.auth) == {KEY, "sk-second"}
+    with pytest.raises(FileNotFoundError, match="auth.file"):
+        load_api_keys(config(f"auth.file={tmp_path / 'absent'}").auth)
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("0.0.0.0") and not is_loopback("10.1.2.3") and not is_loopback("example.org")
+    check_bind("127.0.0.1", frozenset(), "TOOLWISE_API_KEYS")
+    check_bind("0.0.0.0", frozenset({KEY}), "TOOLWISE_API_KEYS")
+    with pytest.raises(SystemExit, match="without an API key"):
+        check_bind("0.0.0.0", frozenset(), "TOOLWISE_API_KEYS")
+
+
+def test_the_command_refuses_to_start_on_a_public_address_without_a_key(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "TOOLWISE_API_KEYS"}
+    r = subprocess.run([sys.executable, "-m", "data_builders.runtime.serve", "host=0.0.0.0", f"port={free_port()}",
+                        f"hydra.run.dir={tmp_path}"],
+                       cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "refusing to serve on 0.0.0.0 without an API key" in r.stderr
+
+
+# ---------------------------------------------------------------------------------------------- upstream failures
+def mock(handler):
+    return httpx.MockTransport(handler)
+
+
+def raise_(exc):
+    def handler(request):
+        raise exc
+    return handler
+
+
+UPSTREAM_FAILURES = [  # (id, transport, status, code)
+    ("garbage_text", mock(lambda r: httpx.Response(200, text="<html>oops</html>")), 502, "upstream_garbage"),
+    ("json_list", mock(lambda r: httpx.Response(200, json=[1, 2])), 502, "upstream_garbage"),
+    ("no_choices", mock(lambda r: httpx.Response(200, json={"id": "x", "choices": []})), 502, "upstream_garbage"),
+    ("choice_without_message", mock(lambda r: httpx.Response(200, json={"choices": [{"index": 0}]})), 502,
+     "upstream_garbage"),
+    ("server_error", mock(lambda r: httpx.Response(500, json={"error": {"message": "CUDA OOM"}})), 502,
+     "upstream_error"),
+    ("upstream_auth", mock(lambda r: httpx.Response(401, json={"error": {"message": "bad key"}})), 502,
+     "upstream_error"),
+    ("context_too_long", mock(lambda r: httpx.Response(400, json={"error": {"message": "too long"}})), 400,
+     "upstream_rejected"),
+    ("read_timeout", mock(raise_(httpx.ReadTimeout("slow"))), 504, "upstream_timeout"),
+    ("connection_reset", mock(raise_(httpx.RemoteProtocolError("reset"))), 502, "upstream_unreachable"),
+]
+
+
+@pytest.mark.parametrize("transport,status,code", [f[1:] for f in UPSTREAM_FAILURES],
+                         ids=[f[0] for f in UPSTREAM_FAILURES])
+def test_upstream_failure_gets_a_clear_gateway_error(transport, status, code):
+    client, _, _ = served(ForcedGates(), "upstream.models=[scripted]", transport=transport)
+    with client:
+        assert_error(ask(client, tools=None), status, code)
+        assert client.get("/health").status_code == 200
+
+
+def test_upstream_garbage_from_a_real_server_then_recovery():
+    replies = [Response(content=b"\x00garbage", media_type="application/json"), None]
+    fake = ScriptedUpstream(reply=lambda body: replies.pop(0) or agent_reply(body))
+    client, _, _ = served(ForcedGates(), fake=fake)
+    with client:
+        assert_error(ask(client, tools=None), 502, "upstream_garbage")
+        assert_still_serving(client)
+
+
+def test_upstream_down_is_502_and_models_too():
+    port = free_port()          # nothing listens there
+    cfg = config(f"upstream.base_url=http://127.0.0.1:{port}/v1", "upstream.retries=1")
+    with TestClient(create_app(cfg, ForcedGates(), Upstream.from_config(cfg.upstream))) as client:
+        assert_error(ask(client, tools=None), 502, "upstream_unreachable")
+        assert_error(client.get("/v1/models"), 502, "upstream_unreachable")
+        assert client.get("/health").status_code == 200
+
+
+def test_upstream_timeout_is_504_over_a_real_socket():
+    fake = ScriptedUpstream(delay_s=2.0)
+    with serve_in_thread(fake.app) as url:
+        cfg = config(f"upstream.base_url={url}/v1", "upstream.timeout_s=0.2", "upstream.models=[scripted]")
+        with TestClient(create_app(cfg, ForcedGates(), Upstream.from_config(cfg.upstream))) as client:
+            assert_error(ask(client, tools=None), 504, "upstream_timeout")
+            fake.delay_s = 0.0
+            assert_still_serving(client)
