@@ -25,6 +25,7 @@ from ..agent import prompts as P
 from ..agent.hooks import PromptState
 from ..backends.chat import ChatText
 from ..environments.base import serialize
+from ..features.toolgate import embed_texts
 from ..tasks.schema import Task
 from .controller_hooks import (GateDecision, checked, gstep_decision, probe_decision, prefill_text,
                                toolgate_decision)
@@ -111,6 +112,13 @@ class Gates:
         counter = _counter(tokenizer, trained_on if g_step else None)    # only G-STEP reads token counts
         return cls(**loaded, policy=policy, strict=strict, call_format=call_format, counter=counter,
                    taus=dict(taus or {}))
+
+    def warmup(self) -> "Gates":
+        """Load what the first decision would load lazily (ToolGate's MiniLM encoder: ~4-5 s here), so a server's
+        first request does not pay for it."""
+        if self.toolgate is not None:
+            embed_texts(["warm-up"])
+        return self
 
     def tool_call(self, messages: list[dict], tools: list[dict], call: dict, *, task: Task | dict | None = None,
                   mode: str | None = None) -> GateDecision | None:

@@ -26,7 +26,8 @@ def load_gates(cfg: DictConfig):
     # tests' injected gates do without them.
     from data_builders.runtime.api import Gates
 
-    return Gates.load(toolgate=cfg.toolgate, g_step=cfg.g_step, policy=cfg.policy, strict=cfg.strict)
+    # warmed up before the port opens: the first request must not wait seconds for the encoder to load
+    return Gates.load(toolgate=cfg.toolgate, g_step=cfg.g_step, policy=cfg.policy, strict=cfg.strict).warmup()
 
 
 @hydra.main(config_path=CONFIG_DIR, config_name="serve", version_base="1.3")
