@@ -4,14 +4,25 @@ The quirks are deliberate: results must be comparable with the published When2To
 ``"1"`` matches gold ``"True"``, ``"8400"`` fails gold ``"8,400"`` and an empty ``\\boxed{}``
 scores the whole response. None of these functions raises on model output.
 
-Choices where SPEC is silent:
+Rules where SPEC is silent, chosen so that every verdict of the original's scorer listed in
+issue 20 (items 1-5, a differential test against the original code) comes out the same:
 
-* Box contents that are only whitespace count as an empty box (the content is stripped first).
-* String-to-number normalisation accepts ASCII digits only: an optionally signed integer, or an
-  optionally signed decimal with a point and digits on at least one side (``3.5``, ``.5``, ``3.``). A digit string too long for Python's int-to-str limit
-  stays a string instead of raising.
-* ``\\text{...}``/``\\mathrm{...}`` unwrap lazily (up to the first ``}``); every other brace is
-  deleted right after, so only the command word itself is affected.
+* Box content is stripped. A box with *no* content (``\\boxed{}``, or a ``\\boxed{`` at the very
+  end) returns the whole text (SPEC §6); a box holding only whitespace (``\\boxed{ }``) returns ""
+  like the original, and "" never scores correct (it is not a literal, and an empty gold is false).
+* String normalisation inside structured values (SPEC §6 step 1): the string is stripped
+  (``str.strip``), then it becomes an int if it fully matches ``[+-]?\\d+`` and a float if it fully
+  matches ``[+-]?\\d*\\.\\d+``; otherwise it stays the stripped string. ``\\d`` is Python's Unicode
+  digit class and ``int``/``float`` accept the same digits, so ``'٣'`` is 3 (original). The float
+  pattern needs a digit *after* the point, so ``'1.'`` stays a string and ``[1.0, 0.0]`` fails gold
+  ``['1.', '0.']`` (original, test task 152526); ``'1e3'``, ``'1_000'``, ``'inf'`` stay strings too.
+  Dict keys are left as parsed. A digit string beyond Python's int-to-str limit stays a string
+  instead of raising.
+* ``\\text{...}``/``\\mathrm{...}`` unwrap with optional whitespace before the brace
+  (``\\text {33}``) and at any nesting depth (``\\text{\\mathrm{Paris}}``), both like the original.
+  A wrapper unwraps when its ``{`` has a matching ``}``; since every other brace and backslash is
+  deleted right after, unwrapping only removes the command word (and the whitespace before its
+  brace). One linear pass with a brace stack, so deep nesting stays linear time.
 """
 from __future__ import annotations
 
@@ -24,9 +35,11 @@ BOXED_OPEN = "\\boxed{"
 # SPEC §6: prefill tokens (tool responses, rejections, "Continue") weigh 0.2 of a generated token.
 PREFILL_WEIGHT = 0.2
 
-_INT_STR = re.compile(r"[+-]?[0-9]+")
-_FLOAT_STR = re.compile(r"[+-]?(?:[0-9]+\.[0-9]*|\.[0-9]+)")
-_LATEX_WRAPPER = re.compile(r"\\(?:text|mathrm)\{(.*?)\}", re.DOTALL)
+# \d on a str pattern is Unicode Nd, the digits int()/float() accept (the original converts '٣' to 3).
+_INT_STR = re.compile(r"[+-]?\d+")
+# A digit after the point is required: the original keeps '1.' a string (issue 20 item 4).
+_FLOAT_STR = re.compile(r"[+-]?\d*\.\d+")
+_LATEX_WRAPPER_OPEN = re.compile(r"\\(?:text|mathrm)\s*\{")
 _NOT_STRUCTURED = object()
 
 
@@ -54,7 +67,7 @@ def extract_boxed(text: str) -> str:
     """Stripped content of the first ``\\boxed{``, brace-matched; "" if there is no box.
 
     An unclosed box runs to the end of the text. An empty box returns the whole text (original
-    behaviour, kept for comparable scores).
+    behaviour, kept for comparable scores); a whitespace-only box returns "" (also the original).
     """
     if not isinstance(text, str):
         return ""
@@ -62,8 +75,10 @@ def extract_boxed(text: str) -> str:
     if span is None:
         return ""
     begin, i = span
-    content = text[begin:i].strip()
-    return content if content else text
+    # Emptiness is tested before stripping: "\boxed{}" gives the whole text (SPEC §6), "\boxed{ }"
+    # gives "" (the original, issue 20 item 5).
+    content = text[begin:i]
+    return content.strip() if content else text
 
 
 def _normalise(value: Any) -> Any:
@@ -72,6 +87,8 @@ def _normalise(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _normalise(v) for k, v in value.items()}
     if isinstance(value, str):
+        # The original compares strings inside structures stripped (issue 20 item 2).
+        value = value.strip()
         try:
             if _INT_STR.fullmatch(value):
                 return int(value)
@@ -98,11 +115,34 @@ def _structured(text: str) -> Any:
         return _NOT_STRUCTURED
 
 
+def _unwrap_latex(text: str) -> str:
+    """Drop each ``\\text``/``\\mathrm`` (and the whitespace before its ``{``) whose ``{`` is closed.
+
+    The braces themselves stay: the caller deletes every brace next, so this equals unwrapping every
+    brace-matched wrapper group, nested ones included, in one linear pass. An unclosed wrapper stays.
+    """
+    closed: set[int] = set()
+    open_at: list[int] = []
+    for i, ch in enumerate(text):
+        if ch == "{":
+            open_at.append(i)
+        elif ch == "}" and open_at:
+            closed.add(open_at.pop())
+    parts, last = [], 0
+    for m in _LATEX_WRAPPER_OPEN.finditer(text):
+        brace = m.end() - 1
+        if brace in closed:
+            parts.append(text[last:m.start()])
+            last = brace
+    parts.append(text[last:])
+    return "".join(parts)
+
+
 def normalize_scalar(text: str) -> str:
     s = " ".join(text.split())
     if len(s) >= 2 and s[0] == s[-1] and s[0] in "\"'":
         s = s[1:-1]
-    s = _LATEX_WRAPPER.sub(r"\1", s)
+    s = _unwrap_latex(s)
     s = s.replace("{", "").replace("}", "").replace("\\", "")
     return " ".join(s.split()).lower()
 

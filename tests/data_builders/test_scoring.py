@@ -39,7 +39,8 @@ def test_no_box_fails():
     ("(1, 2)", "[1, 2]", True),   # tuples become lists
     ("['-3', '.5']", "[-3, 0.5]", True),
     ("'+7'", "7", True),          # signed integer string -> int
-    ("'3.'", "3", True),
+    ("'3.5'", "3.5", True),
+    ("'3.'", "3", False),         # was True; '3.' stays a string like the original (issue 20 item 4)
     ("[['09:00','10:00']]", "[['09:00', '10:00']]", True),
     ("[['09:00','10:00']]", "[['09:00', '10:30']]", False),
     ("{'a': '1'}", "{'a': 1}", True),
@@ -137,7 +138,8 @@ def test_extract_boxed(text, expected):
     assert extract_boxed(text) == expected
 
 
-@pytest.mark.parametrize("text", ["Answer: \\boxed{} done", "Answer: \\boxed{   }", "x \\boxed{"])
+# "Answer: \\boxed{   }" was here too; a whitespace-only box now extracts "" (issue 20 item 5, below).
+@pytest.mark.parametrize("text", ["Answer: \\boxed{} done", "x \\boxed{"])
 def test_empty_box_returns_whole_text(text):
     assert extract_boxed(text) == text
 
@@ -145,6 +147,55 @@ def test_empty_box_returns_whole_text(text):
 def test_empty_box_quirk_scores_the_whole_text():
     assert is_correct("\\boxed{}", "\\boxed") is True
     assert is_correct("The answer: \\boxed{}", "5") is False
+
+
+# ---------------------------------------------------------------- issue 20: the original's verdicts
+
+class TestOriginalFidelity:
+    """Issue 20 items 1-5: verdicts of the benchmark's original scorer, written out literally."""
+
+    def test_item_01_latex_wrapper_space_before_brace_and_nesting(self):
+        assert is_correct("\\boxed{\\text {33}}", "33") is True
+        assert is_correct("\\boxed{\\mathrm {x}}", "x") is True
+        assert is_correct("\\boxed{\\text{\\mathrm{Paris}}}", "Paris") is True
+        assert compare_values("\\text {33}", "33") is True
+        assert compare_values("\\text{\\mathrm{Paris}}", "Paris") is True
+
+    def test_item_01_unwrap_is_linear_on_deep_nesting(self):
+        deep = "\\text{" * 100_000 + "Paris" + "}" * 100_000
+        start = time.perf_counter()
+        assert compare_values(deep, "Paris") is True
+        assert time.perf_counter() - start < 2.0
+
+    def test_item_01_only_closed_wrappers_unwrap(self):
+        assert compare_values("\\text{a {b} c}", "a b c") is True
+        assert compare_values("\\text{Paris", "Paris") is False  # unclosed: "textparis"
+
+    def test_item_02_strings_in_structures_compare_stripped(self):
+        assert compare_values("['hello ', 'world ']", "['hello', 'world']") is True
+        assert compare_values("[' 7', ' 19']", "[7, 19]") is True
+        assert is_correct("\\boxed{['hello ', 'world ']}", "['hello', 'world']") is True
+        assert is_correct("\\boxed{[' 7', ' 19']}", "[7, 19]") is True
+
+    def test_item_03_non_ascii_digits_in_structures(self):
+        assert compare_values("['٣', 4]", "[3, 4]") is True
+        assert is_correct("\\boxed{['٣', 4]}", "[3, 4]") is True
+        assert compare_values("['٣.٥']", "[3.5]") is True
+
+    def test_item_04_trailing_point_string_is_not_a_float(self):
+        # Test task 152526.
+        assert compare_values("[1.0, 0.0]", "['1.', '0.']") is False
+        assert is_correct("\\boxed{[1.0, 0.0]}", "['1.', '0.']") is False
+        assert compare_values("['1.', '0.']", "['1.', '0.']") is True
+        assert compare_values("['.5', '-2.25']", "[0.5, -2.25]") is True
+
+    def test_item_05_whitespace_only_box_extracts_empty_string(self):
+        assert extract_boxed("\\boxed{ }") == ""
+        assert extract_boxed("Answer: \\boxed{   }") == ""
+        assert is_correct("Answer: \\boxed{ }", "Answer: \\boxed{ }") is False
+        assert is_correct("\\boxed{ }", "") is False
+        # SPEC §6: a box with no content at all still returns the whole text.
+        assert extract_boxed("Answer: \\boxed{}") == "Answer: \\boxed{}"
 
 
 # ---------------------------------------------------------------- is_correct
