@@ -2,6 +2,10 @@
 
 Every call returns ``{"success", "message", "data": {"current_list"}}``: the list after the
 operation, or the list as received (after input normalisation) when the operation fails.
+
+A ``values`` that is not a list (``"5"`` decodes to the int 5) fails with the Python error of the
+original's first step, ``arr[:] = ...``: ``[TOOL_RUNTIME_ERROR] TypeError: 'int' object does not
+support item assignment``.
 """
 from __future__ import annotations
 
@@ -135,8 +139,14 @@ class ListManipulationEnv(ToolEnvironment):
     def _run(self, values: Any, op: str, value: Any = None, index: Any = None, axis: Any = None) -> dict:
         arr = _normalize(values)
         if not isinstance(arr, list):
-            # e.g. values='5' JSON-decodes to an int; the runtime reports this as a tool error.
-            raise TypeError(f"values must be a list, not {type(arr).__name__}")
+            # e.g. values="5" JSON-decodes to an int. The original's first step on the list is
+            # ``arr[:] = normalise(arr)``; doing the same gives its error text (for an int: "'int'
+            # object does not support item assignment"), reported as a tool runtime error.
+            arr[:] = arr
+            # Only reached where slice assignment works on a non-list (a dict on Python >= 3.12,
+            # where slices are hashable); the original would then fail on the dict's missing list
+            # method, e.g. "'dict' object has no attribute 'reverse'".
+            raise AttributeError(f"'{type(arr).__name__}' object has no attribute '{op}'")
         if _is_2d(arr):
             ok, msg, out = _op_2d(arr, op, value, index, axis)
         elif axis is not None:

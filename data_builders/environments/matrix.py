@@ -1,48 +1,94 @@
 """MatrixEnv (SPEC §3.4): determinant, product and trace of list-of-lists matrices.
 
-Entries are used as given (ints stay exact ints, floats stay floats), so the float results depend
-on the order of operations; the determinant therefore follows the original's recursion exactly:
-``m00`` for 1x1, ``m00*m11 - m01*m10`` for 2x2, otherwise a sum, starting from the integer 0, of
-``((-1)**c * m0c) * det(minor_0c)`` over the first row.
+Entries are used exactly as given, with the original's plain Python operations, so whatever the
+original computes is computed here too: ints stay exact (any size), floats stay floats, and
+non-numbers follow Python (``[["a"]]`` has determinant ``"a"``, ``[[null]]`` has determinant ``null``,
+while ``matrix_trace([["a"]])`` fails with ``TypeError: unsupported operand type(s) for +: 'int' and
+'str'``). Float results depend on the order of operations, so the determinant follows the original's
+recursion exactly: ``m00`` for 1x1, ``m00*m11 - m01*m10`` for 2x2, otherwise ``total += ((-1)**c *
+m0c) * det(minor_0c)`` over the first row, from the integer 0; the product sums ``a_ik * b_kj``
+left to right from 0.
 
-Deviations from the original (guards; none changes a result the original could return in
-reasonable time):
+Guards (each stops only a real hang or memory blow-up, never changes a result the original returns):
 
-* **Determinant size.** Plain cofactor expansion costs n!/2 2x2 determinants (about 10 s at
-  10x10 in Python). Minors are memoised by their column set, which yields bit-identical results
-  (each minor is still computed by the same sequence of operations) in O(n·2^n), and sizes above
-  :data:`MAX_DET_SIZE` are refused with a clear message.
-* **Product size.** A 1000x1000 by 1000x1000 product would take minutes; products needing more
-  than :data:`MAX_PRODUCT_OPS` multiplications are refused.
-* **Entries.** Only real numbers are accepted. In the original a string or list entry almost
-  always ends in a ``TypeError`` anyway, but ``"x" * 10**15`` (string repetition) would exhaust
-  memory first. Integer entries are capped at 10^15 in magnitude, like top-level integer
-  arguments (SPEC §2.2), which keeps every result far below the int->str limit.
+* **Determinant size.** Plain cofactor expansion costs n!/2 2x2 determinants: ~10 s at 10x10 and a
+  hang from 11x11 in the original. Minors are memoised by their column set, which yields
+  bit-identical results (each minor is still computed by the same sequence of operations) in
+  O(n·2^n); sizes above :data:`MAX_DET_SIZE` are refused, as the original never answers them.
+* **Work.** Instead of a dimension cap, each call's work is estimated before it starts
+  (multiplications times the cost of one, which grows with the entries' big-int sizes) and refused
+  above :data:`WORK_BUDGET` (several seconds of pure Python). A 120x120 product, 0.33 s in the
+  original, runs; a 1000x1000 one (minutes) does not. The estimate is conservative for big ints
+  (CPython multiplies them sub-quadratically), so a product that would take a few seconds with
+  thousand-digit entries can be refused.
+* **Sequence repetition.** ``"ab" * 10**12`` (a string or list entry times an integer) would fill
+  memory. Such a repeated sequence can never reach a result: the next step of every tool adds or
+  subtracts it (``0 + "…"``, ``"…" - x``), which raises a ``TypeError`` whose text depends only on
+  the operand types. A repetition longer than :data:`MAX_REPEAT_ITEMS` is therefore replaced by an
+  empty sequence of the same type, and the original's ``TypeError`` follows unchanged.
+* **Unprintable integers.** A result integer longer than the interpreter's int->str limit (10,000
+  digits in the When2Tool harness) cannot be serialised; the original would fail when its loop
+  serialises the payload, here the call fails with Python's own ``ValueError`` text.
 """
 from __future__ import annotations
 
+import math
+import sys
 from functools import lru_cache
-from typing import Any
+from typing import Any, Callable
 
-from .base import MAX_INT_ARG, ToolEnvironment
+from .base import ToolEnvironment
+from .safe_arith import decimal_digits
 
 MAX_DET_SIZE = 10
-MAX_PRODUCT_OPS = 1_000_000
+# Work units: OP_OVERHEAD per Python-level multiply-add plus one per product of two 30-bit limbs
+# (quadratic, so big entries are over- rather than under-estimated). Measured at 1.3-3.4 ns per
+# unit: a 120x120 small-int product (0.33 s in the original) costs ~9*10^7 and takes ~0.3 s, a
+# 60x60 product of 1000-digit entries ~2.7*10^9 (~2.3 s), a 1000x1000 one ~5*10^10 (minutes).
+OP_OVERHEAD = 50
+WORK_BUDGET = 3_000_000_000
+MAX_REPEAT_ITEMS = 10_000_000
 
 
-def _check_entries(name: str, matrix: list) -> None:
-    """Raise (a tool runtime error) unless every entry is a real number of bounded size."""
-    for row in matrix:
-        if not isinstance(row, list):
-            raise TypeError(f"{name} rows must be lists, got {type(row).__name__}")
-        for x in row:
-            if not isinstance(x, (int, float)):  # bool is an int, as in Python arithmetic
-                raise TypeError(f"{name} entries must be numbers, got {type(x).__name__}")
-            if isinstance(x, int) and abs(x) > MAX_INT_ARG:
-                raise ValueError(f"{name} entry too large (max {MAX_INT_ARG}).")
+def _limbs(x: Any) -> int:
+    return x.bit_length() // 30 + 1 if isinstance(x, int) else 1
 
 
-def determinant(matrix: list[list[Any]]) -> Any:
+def _max_limbs(matrix: list) -> int:
+    """Largest entry size in limbs; odd rows are skipped (the tool itself reports them)."""
+    return max((_limbs(x) for row in matrix if isinstance(row, list) for x in row), default=1)
+
+
+def _plain_mul(a: Any, b: Any) -> Any:
+    return a * b
+
+
+def _guarded_mul(a: Any, b: Any) -> Any:
+    """``a * b``, except that an over-long sequence repetition yields an empty one of its type."""
+    for seq, times in ((a, b), (b, a)):
+        if (isinstance(seq, (str, list)) and isinstance(times, int)
+                and MAX_REPEAT_ITEMS < len(seq) * times <= sys.maxsize):
+            # Beyond sys.maxsize Python itself refuses without allocating (OverflowError or
+            # MemoryError); below it the original would allocate the sequence (assumed to succeed).
+            return type(seq)()
+    return a * b
+
+
+def _mul_for(*matrices: list) -> Callable[[Any, Any], Any]:
+    numeric = all(isinstance(x, (int, float)) for m in matrices for row in m if isinstance(row, list) for x in row)
+    return _plain_mul if numeric else _guarded_mul
+
+
+def _check_printable(value: Any) -> None:
+    """Raise Python's own error for an int the payload's serialisation could not print."""
+    limit = sys.get_int_max_str_digits()
+    # More than `limit` digits needs more than 3.32*limit bits: the bit test skips every normal int.
+    if isinstance(value, int) and limit and value.bit_length() > limit * 3 and decimal_digits(value) > limit:
+        raise ValueError(f"Exceeds the limit ({limit} digits) for integer string conversion; "
+                         "use sys.set_int_max_str_digits() to increase the limit")
+
+
+def determinant(matrix: list[list[Any]], mul: Callable[[Any, Any], Any] = _plain_mul) -> Any:
     """Cofactor expansion along the first row, with minors memoised by (remaining columns)."""
     n = len(matrix)
 
@@ -56,13 +102,19 @@ def determinant(matrix: list[list[Any]]) -> Any:
         if len(cols) == 2:
             a, b = matrix[top][cols[0]], matrix[top][cols[1]]
             c, d = matrix[top + 1][cols[0]], matrix[top + 1][cols[1]]
-            return a * d - b * c
+            return mul(a, d) - mul(b, c)
         total: Any = 0
         for i, col in enumerate(cols):
-            total += ((-1) ** i) * matrix[top][col] * det(cols[:i] + cols[i + 1:])
+            total += mul(mul((-1) ** i, matrix[top][col]), det(cols[:i] + cols[i + 1:]))
         return total
 
     return det(tuple(range(n)))
+
+
+def determinant_work(n: int, limbs: int) -> int:
+    """Estimated work of :func:`determinant`: each k-minor (C(n,k) of them) takes k products of an
+    entry with a (k-1)-minor, whose size is at most (k-1) entries' worth of limbs."""
+    return sum(math.comb(n, k) * k * (OP_OVERHEAD + limbs * (k - 1) * limbs) for k in range(2, n + 1))
 
 
 def _square_error(matrix: list) -> dict | None:
@@ -86,9 +138,12 @@ class MatrixEnv(ToolEnvironment):
         if n > MAX_DET_SIZE:
             return {"success": False, "message": f"Matrix too large for cofactor expansion ({n}x{n}, "
                                                  f"max {MAX_DET_SIZE}x{MAX_DET_SIZE})."}
-        _check_entries("matrix", matrix)
-        return {"success": True, "result": determinant(matrix), "matrix_size": f"{n}x{n}",
-                "method": "cofactor_expansion"}
+        if determinant_work(n, _max_limbs(matrix)) > WORK_BUDGET:
+            return {"success": False, "message": f"Matrix entries too large for cofactor expansion "
+                                                 f"({n}x{n}, estimated work over {WORK_BUDGET})."}
+        result = determinant(matrix, _mul_for(matrix))
+        _check_printable(result)
+        return {"success": True, "result": result, "matrix_size": f"{n}x{n}", "method": "cofactor_expansion"}
 
     def matrix_multiply(self, matrix_a: list, matrix_b: list) -> dict:
         # Column counts come from the first row (ragged later rows raise IndexError when used).
@@ -96,30 +151,34 @@ class MatrixEnv(ToolEnvironment):
         rb, cb = len(matrix_b), (len(matrix_b[0]) if matrix_b else 0)
         if ca != rb:
             return {"success": False, "message": f"Incompatible dimensions: {ra}x{ca} and {rb}x{cb}."}
-        if ra * ca * cb > MAX_PRODUCT_OPS:
+        work = ra * ca * cb * (OP_OVERHEAD + _max_limbs(matrix_a) * _max_limbs(matrix_b)) + ra * cb
+        if work > WORK_BUDGET:
             return {"success": False, "message": f"Matrix product too large ({ra}x{ca} * {rb}x{cb}, "
-                                                 f"max {MAX_PRODUCT_OPS} multiplications)."}
-        _check_entries("matrix_a", matrix_a)
-        _check_entries("matrix_b", matrix_b)
+                                                 f"estimated work over {WORK_BUDGET})."}
+        mul = _mul_for(matrix_a, matrix_b)
         result = []
         for i in range(ra):
             row = []
             for j in range(cb):
                 val: Any = 0  # left-to-right from the integer 0, like sum()
                 for k in range(ca):
-                    val = val + matrix_a[i][k] * matrix_b[k][j]
+                    val = val + mul(matrix_a[i][k], matrix_b[k][j])
                 row.append(val)
             result.append(row)
+        for row in result:
+            for x in row:
+                _check_printable(x)
         return {"success": True, "result": result, "dimensions": f"{ra}x{ca} * {rb}x{cb} = {ra}x{cb}"}
 
     def matrix_trace(self, matrix: list) -> dict:
+        # Additions only: linear in the input, no work estimate needed.
         n = len(matrix)
         err = _square_error(matrix)
         if err:
             return err
-        _check_entries("matrix", matrix)
         diag = [matrix[i][i] for i in range(n)]
         total: Any = 0
         for x in diag:
             total = total + x
+        _check_printable(total)
         return {"success": True, "result": total, "diagonal_elements": diag, "matrix_size": f"{n}x{n}"}

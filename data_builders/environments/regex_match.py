@@ -12,7 +12,10 @@ limit, and an over-long match raises ``TimeoutError``, which the runtime reports
 ``[TOOL_RUNTIME_ERROR] TimeoutError: ...`` (SPEC §2.2 step 6). The estimate is deliberately
 conservative: a false alarm only costs one subprocess (~60 ms), never a different answer.
 
-A whitespace-only ``operation`` counts as empty, i.e. ``findall``.
+**Operation name** (as the original): stripped and lowercased for matching; only a missing or
+empty ``operation`` means ``findall``, so a whitespace-only one is unknown
+(``Unknown operation:    . Use ...``), and the message quotes the operation as the caller wrote it
+(``Unknown operation: Replace. ...``). Non-string arguments fail with Python's own error, as there.
 """
 from __future__ import annotations
 
@@ -119,12 +122,16 @@ class RegexMatchEnv(ToolEnvironment):
     risky_time_limit_s: ClassVar[float] = 2.0
 
     def regex_match(self, pattern: str, text: str, operation: str | None = "findall") -> dict:
-        op = (operation or "findall").strip().lower() or "findall"
+        # As the original: only a missing/empty operation defaults to findall; a whitespace-only one
+        # strips to "" and is unknown, and the message quotes the caller's spelling.
+        op = (operation or "findall").strip().lower()
         if op not in OPERATIONS:
-            return {"success": False, "message": f"Unknown operation: {op}. Use findall, search, match, or sub."}
+            return {"success": False, "message": f"Unknown operation: {operation}. Use findall, search, match, or sub."}
         regex, repl = pattern, None
         if op == "sub":
-            if not isinstance(pattern, str) or SUB_SEPARATOR not in pattern:
+            # Plain `in`/`split` on purpose: a non-string pattern fails with Python's own error
+            # (e.g. "argument of type 'int' is not iterable"), exactly as in the original.
+            if SUB_SEPARATOR not in pattern:
                 return {"success": False, "message": "For sub operation, use pattern format: 'regex|||replacement'"}
             regex, repl = pattern.split(SUB_SEPARATOR, 1)
         try:

@@ -125,7 +125,9 @@ def evaluate(expression: str) -> Number:
     :class:`ExpressionTooLarge` when an integer would exceed :data:`MAX_INT_DIGITS` digits.
     """
     if not isinstance(expression, str):
-        raise TypeError(f"expression must be a string, not {type(expression).__name__}")
+        # Python's own error, as the original's ast.parse reports it (for 5: "compile() arg 1 must
+        # be a string, bytes or AST object"); only bytes would parse, and JSON never yields them.
+        ast.parse(expression, mode="eval")
     if len(expression) > MAX_EXPRESSION_CHARS:
         raise ValueError(f"Expression too long (max {MAX_EXPRESSION_CHARS} characters)")
     try:

@@ -59,9 +59,9 @@ be defeated on its own:
      name resolution;
    * native code that would run below the hook: importing ``ctypes``,
      ``cffi``, ``_posixshmem`` (files in ``/dev/shm``), ``_sqlite3`` (``ATTACH``
-     creates files without an audit event), ``_dbm``/``_gdbm``, ``readline``,
-     ``syslog``, ``psutil``, sub-interpreters and the ``_test*`` modules, and
-     any ``ctypes.*`` event;
+     creates files without an audit event; unless preloaded, see below),
+     ``_dbm``/``_gdbm``, ``readline``, ``syslog``, ``psutil``,
+     sub-interpreters and the ``_test*`` modules, and any ``ctypes.*`` event;
    * filesystem writes outside the sandbox directory: ``open``/``os.open``
      with a write, create, truncate or append flag, ``os.remove``/``unlink``,
      ``rename``/``replace``, ``mkdir``, ``rmdir``, ``shutil.rmtree``,
@@ -136,6 +136,37 @@ traceback is printed. ``stdout`` is exactly what
 was written (partial output is kept on every failure), ``stderr`` holds the
 traceback as CPython would print it.
 
+Preloaded libraries (``run_python(..., preload=("numpy", ...))``, off by
+default). numpy, pandas, scipy and sympy import ``ctypes`` and ``sqlite3``
+imports ``_sqlite3``; with the hook armed those imports are refused, so such
+libraries are imported by the bootstrap *before* the hook, as trusted code
+(a module that is not installed is skipped: the code's own import then fails
+with Python's ``ModuleNotFoundError``). Their set-up time does not count
+against the code: preloading has its own CPU allowance (20 s) and wall-clock
+allowance (30 s), the child lowers ``RLIMIT_CPU`` to what it used plus
+``cpu_s`` afterwards, and a ``+ready <cpu seconds>`` line on the report pipe
+(written before any user code runs, so the first one is the bootstrap's)
+starts the code's wall-clock limit; runs without preloading do the same, so
+interpreter start-up never counts either. Afterwards ``ctypes``/``_ctypes``
+leave ``sys.modules``: ``import ctypes`` (also the lazy one behind
+``numpy.ctypeslib``) is a fresh, audited import again and is refused, and
+every audited ``ctypes.*`` operation (``CDLL``/``dlopen``, foreign calls,
+``from_address``, ``string_at``) stays refused even through a library's own
+reference (``pandas.errors.ctypes``). With ``sqlite3`` preloaded the hook
+allows ``sqlite3.connect`` to ``:memory:``, ``""`` and files inside the
+sandbox only, and ``sqlite3.connect`` hands out connections with an
+authorizer that refuses ATTACH and ``VACUUM INTO`` of files and the
+``temp_store_directory``/``data_store_directory`` PRAGMAs (SQLite opens those
+files itself, without an audit event). What preloading gives up: these are
+native libraries with raw-memory APIs that have no audit event (numpy's
+``__array_interface__`` with an integer data address, ``as_strided``; the
+already-loaded ctypes classes stay reachable through the libraries and
+``object.__subclasses__``), and the SQLite authorizer is lifted by code that
+calls ``set_authorizer(None)`` or builds a ``sqlite3.Connection`` itself. A
+run that preloads therefore holds against accidents and casual misuse, but
+against deliberate code only layers 1-3 (process, namespaces, limits) hold.
+Runs that preload nothing are unchanged.
+
 Known gaps: the audit hook is not a security boundary by CPython's own
 documentation: a memory-corruption bug in CPython or in a third-party
 extension module (any native module that is not on the deny-list can make
@@ -199,6 +230,8 @@ _NOFILE = 256
 # the report pipe and is ignored rather than buffered without bound.
 _MAX_REPORT_BYTES = 65_536
 _READ_CHUNK = 65_536
+# Wall-clock seconds the child may take to import preloaded libraries before the code's own limit starts.
+_PRELOAD_WALL_S = 30.0
 
 # The child program is the module ``sandbox_child.py``; the child runs its source as
 # ``python -I -X utf8 -u -c <source> <args>``. ``-c`` rather than the file's path keeps the child exactly as it
@@ -260,17 +293,22 @@ def _signal_name(signum: int) -> str:
         return f"signal {signum}"
 
 
-def run_python(code: str, limits: SandboxLimits = SandboxLimits(), *, namespaces: bool = True) -> SandboxResult:
+def run_python(code: str, limits: SandboxLimits = SandboxLimits(), *, namespaces: bool = True,
+               preload: tuple[str, ...] = ()) -> SandboxResult:
     """Run ``code`` in a fresh sandboxed interpreter; see the module docstring.
 
     ``namespaces=False`` skips layer 2 even where it is available: the mode every non-root user gets, which
-    the tests force as root to check that the other layers hold on their own.
+    the tests force as root to check that the other layers hold on their own. ``preload`` names modules the
+    child imports before the audit hook is armed ("Preloaded libraries" in the module docstring).
     """
     if not isinstance(code, str):
         raise TypeError(f"code must be str, not {type(code).__name__}")
+    for name in preload:
+        if not name or not all(part.isidentifier() for part in name.split(".")):
+            raise ValueError(f"preload: not a module name: {name!r}")
     start = time.monotonic()
     try:
-        return _run(code, limits, start, namespaces)
+        return _run(code, limits, start, namespaces, tuple(preload))
     except Exception as exc:  # the sandbox itself failed (no fork, disk full, ...)
         return SandboxResult(
             stdout="",
@@ -283,7 +321,7 @@ def run_python(code: str, limits: SandboxLimits = SandboxLimits(), *, namespaces
         )
 
 
-def _run(code: str, limits: SandboxLimits, start: float, namespaces: bool) -> SandboxResult:
+def _run(code: str, limits: SandboxLimits, start: float, namespaces: bool, preload: tuple[str, ...]) -> SandboxResult:
     cpu_s = max(1, int(-(-limits.cpu_s // 1)))  # RLIMIT_CPU has whole seconds
     with tempfile.TemporaryDirectory(prefix="toolwise-sandbox-", ignore_cleanup_errors=True) as base:
         base = os.path.realpath(base)
@@ -300,9 +338,11 @@ def _run(code: str, limits: SandboxLimits, start: float, namespaces: bool) -> Sa
                 *(_namespace_prefix() if namespaces else []),
                 sys.executable, "-I", "-X", "utf8", "-u", "-c", _CHILD_SOURCE,
                 work, code_path, str(report_w), str(limits.memory_mb * 1024 * 1024), str(cpu_s),
-                str(limits.max_file_bytes), str(_NOFILE), repr(limits.wall_s + 2.0),
+                str(limits.max_file_bytes), str(_NOFILE), repr(limits.wall_s + 2.0), ",".join(preload),
             ]
-            env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "HOME": work, "TMPDIR": work}
+            env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "HOME": work, "TMPDIR": work,
+                   # One BLAS/OpenMP thread: a pool per core would not fit RLIMIT_AS on a many-core host.
+                   "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
             try:
                 proc = subprocess.Popen(
                     argv,
@@ -318,7 +358,7 @@ def _run(code: str, limits: SandboxLimits, start: float, namespaces: bool) -> Sa
             finally:
                 os.close(report_w)
             try:
-                return _supervise(proc, report_r, limits, cpu_s, start)
+                return _supervise(proc, report_r, limits, cpu_s, start, bool(preload))
             finally:
                 for stream in (proc.stdout, proc.stderr):
                     if stream is not None:
@@ -328,12 +368,16 @@ def _run(code: str, limits: SandboxLimits, start: float, namespaces: bool) -> Sa
 
 
 def _supervise(proc: subprocess.Popen, report_r: int, limits: SandboxLimits, cpu_s: int,
-               start: float) -> SandboxResult:
+               start: float, preloading: bool) -> SandboxResult:
     try:  # the unshare wrapper (if any) is not under the child's own RLIMIT_CORE
         resource.prlimit(proc.pid, resource.RLIMIT_CORE, (0, 0))
     except (OSError, ValueError):
         pass
-    deadline = start + limits.wall_s
+    # The code's wall-clock limit starts at the child's "+ready" line, once it is set up; until then
+    # start-up (with preloading: its own allowance) counts.
+    deadline = start + limits.wall_s + (_PRELOAD_WALL_S if preloading else 0.0)
+    ready = False
+    cpu_offset = 0
     out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()
     chunks: dict[int, list[bytes]] = {out_fd: [], err_fd: [], report_r: []}
     total_output = 0
@@ -357,6 +401,12 @@ def _supervise(proc: subprocess.Popen, report_r: int, limits: SandboxLimits, cpu
                     if report_bytes < _MAX_REPORT_BYTES:
                         chunks[fd].append(data)
                     report_bytes += len(data)
+                    if not ready:
+                        # The bootstrap writes this before any user code runs, so the first one is its own.
+                        ready_at = _ready_offset(b"".join(chunks[fd]))
+                        if ready_at is not None:
+                            ready, cpu_offset = True, ready_at
+                            deadline = time.monotonic() + limits.wall_s
                 else:
                     room = limits.max_output_bytes - total_output
                     chunks[fd].append(data[:max(room, 0)])
@@ -412,12 +462,16 @@ def _supervise(proc: subprocess.Popen, report_r: int, limits: SandboxLimits, cpu
         return result(report["exit_code"], report["kind"], report["error"])
     if returncode < 0:
         signum = -returncode
-        if signum == signal.SIGXCPU or (signum == signal.SIGKILL and cpu_used >= cpu_s - 0.05):
+        if signum == signal.SIGXCPU or (signum == signal.SIGKILL and cpu_used >= cpu_offset + cpu_s - 0.05):
             return result(returncode, "timeout", f"TimeoutError: CPU time limit of {cpu_s}s exceeded")
         if signum == signal.SIGKILL:
             # Not us, not the CPU limit: the kernel's OOM killer.
             return result(returncode, "memory", "MemoryError: process killed by the kernel (out of memory)")
         return result(returncode, "crash", f"ProcessCrashed: killed by {_signal_name(signum)}")
+    if returncode != 0 and cpu_used >= cpu_offset + cpu_s - 0.05:
+        # The CPU hard limit's SIGKILL, seen through the unshare wrapper, which exits 1 ("unshare:
+        # sigprocmask unblock failed") instead of passing the signal on.
+        return result(returncode, "timeout", f"TimeoutError: CPU time limit of {cpu_s}s exceeded")
     if returncode == 124:
         # Only the child's watchdog exits with 124 without a report, and it
         # fires after the wall-clock limit the parent enforces anyway.
@@ -429,6 +483,18 @@ def _supervise(proc: subprocess.Popen, report_r: int, limits: SandboxLimits, cpu
         # earlier, so the host changed): the code never ran.
         return result(returncode, "sandbox_error", f"SandboxError: {stderr.strip()}")
     return result(returncode, "exit", f"SystemExit: {returncode}")
+
+
+def _ready_offset(raw: bytes) -> int | None:
+    """The CPU seconds of set-up from the child's ``+ready <n>`` line, or None before it arrived."""
+    at = raw.find(b"\n+ready ")
+    end = raw.find(b"\n", at + 1)
+    if at < 0 or end < 0:
+        return None
+    try:
+        return max(0, int(raw[at + 8:end].decode("ascii"), 10))
+    except (UnicodeDecodeError, ValueError):
+        return None
 
 
 _KINDS = {"timeout", "memory", "forbidden", "exception", "exit", "sandbox_error"}

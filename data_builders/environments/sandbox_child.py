@@ -17,6 +17,7 @@ def _sandbox_bootstrap(argv):
     root, code_path = argv[1], argv[2]
     report_fd, mem_bytes, cpu_s, fsize, nofile = (int(a) for a in argv[3:8])
     watchdog_s = float(argv[8])
+    preload = [name for name in argv[9].split(",") if name]
     _write, _exit, _out, _err = posix.write, posix._exit, sys.stdout, sys.stderr
 
     def report(kind, error, code, BaseException=BaseException, encode=str.encode, hexlify=bytes.hex):
@@ -45,12 +46,39 @@ def _sandbox_bootstrap(argv):
     try:
         R = resource
         R.setrlimit(R.RLIMIT_AS, (mem_bytes, mem_bytes))
-        R.setrlimit(R.RLIMIT_CPU, (cpu_s, cpu_s + 1))
+        # Preloading gets its own CPU allowance; the code's cpu_s is set after it (below).
+        cpu_first = cpu_s + (20 if preload else 0)  # pandas alone takes ~1 s
+        R.setrlimit(R.RLIMIT_CPU, (cpu_first, cpu_first + 1))
         R.setrlimit(R.RLIMIT_FSIZE, (fsize, fsize))
         R.setrlimit(R.RLIMIT_NOFILE, (nofile, nofile))
         R.setrlimit(R.RLIMIT_CORE, (0, 0))
         with open(code_path, "rb") as f:
             source = f.read().decode("utf-8", "surrogatepass")
+    except BaseException as exc:
+        report("sandbox_error", "SandboxError: %s: %s" % (type(exc).__name__, exc), 70)
+
+    # Preloaded libraries (``run_python(preload=...)``): trusted library code, imported before the hook
+    # is armed because numpy, pandas, scipy and sympy import ctypes and sqlite3 imports _sqlite3, which the
+    # hook refuses. A library that is not installed is skipped, so the user's own import fails with
+    # Python's ModuleNotFoundError. ctypes then leaves sys.modules: a later ``import ctypes`` is a fresh,
+    # audited import again and is refused (the already-loaded ctypes classes stay reachable through the
+    # libraries; see "Preloaded libraries" in sandbox.py's docstring).
+    for name in preload:
+        try:
+            __import__(name)
+        except Exception:
+            pass
+    for name in [name for name in sys.modules if name in ("ctypes", "_ctypes") or name.startswith("ctypes.")]:
+        del sys.modules[name]
+    # The code's CPU budget starts now; the parent learns the offset (its SIGKILL classification) and
+    # starts the code's wall-clock limit from this line.
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    cpu_offset = int(usage.ru_utime + usage.ru_stime) + 1 if preload else 0
+    try:
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu_offset + cpu_s, cpu_offset + cpu_s + 1))
+        ready = ("\n+ready %d\n" % cpu_offset).encode("ascii")
+        while ready:
+            ready = ready[_write(report_fd, ready):]
     except BaseException as exc:
         report("sandbox_error", "SandboxError: %s: %s" % (type(exc).__name__, exc), 70)
 
@@ -251,6 +279,17 @@ def _sandbox_bootstrap(argv):
             resolve(raw, what)
         return target
 
+    def _sqlite_authorizer(action, arg1, arg2, db_name, source, str=str, type=type, lower=str.lower,
+                           exact_s=str.__getitem__, full=slice(None), in_memory=("", ":memory:"),
+                           store_pragmas=("temp_store_directory", "data_store_directory")):
+        # SQLite opens these files itself, with no audit event: ATTACH and VACUUM INTO (both reported as
+        # SQLITE_ATTACH, 24) of a file, and the PRAGMAs (19) that move its temporary files elsewhere.
+        if action == 24:
+            return 0 if type(arg1) is str and exact_s(arg1, full) in in_memory else 1
+        if action == 19 and type(arg1) is str and lower(exact_s(arg1, full)) in store_pragmas:
+            return 1
+        return 0
+
     def _hook(event, args,
               deny=_deny, text_of=_text, absolute=_absolute, resolve=_resolve, check_write=_check_write,
               isinstance=isinstance, type=type, str=str, int=int, OSError=OSError,
@@ -294,7 +333,7 @@ def _sandbox_bootstrap(argv):
               denied_setattr=frozenset({"__code__", "__defaults__", "__kwdefaults__"}),
               # The hook's helpers and the reporting path: frames expose them, and
               # swapped defaults there would break the check or the report.
-              own_functions=(_deny, _text, _fd_target, _resolve, _absolute, _check_write,
+              own_functions=(_deny, _text, _fd_target, _resolve, _absolute, _check_write, _sqlite_authorizer,
                              report, chain, describe, classify),
               denied_imports=frozenset({
                   "ctypes", "_ctypes", "_ctypes_test", "cffi", "_cffi_backend", "_posixshmem",
@@ -391,11 +430,33 @@ def _sandbox_bootstrap(argv):
         if event == "fcntl.flock" or event == "fcntl.lockf":
             check_write(args[0], None, "locking")
             return
+        if event == "sqlite3.connect":
+            # Only with sqlite3 preloaded (_sqlite3 is refused otherwise): an in-memory database or a
+            # file inside the sandbox. A "file:" URI can name any file, so only its in-memory form passes.
+            text = text_of(args[0], "sqlite3.connect")
+            if text == "" or text == ":memory:" or text.startswith("file::memory:"):
+                return
+            if text.startswith("file:"):
+                deny("sqlite3.connect to a URI filename")
+            check_write(args[0], None, "sqlite3.connect")
+            return
         if event.startswith("ctypes."):
             deny(event + " is not allowed")
 
+    # With sqlite3 preloaded, sqlite3.connect hands out connections that already carry the authorizer.
+    # It can't be installed from the hook ("sqlite3.connect/handle" comes before the connection is
+    # usable), so this is best effort: code that calls set_authorizer(None) or builds a Connection
+    # itself lifts it (sandbox.py's docstring, "Preloaded libraries").
+    if "sqlite3.dbapi2" in sys.modules:
+        def sqlite_connect(*args, _connect=sys.modules["sqlite3.dbapi2"].connect,
+                           _authorizer=_sqlite_authorizer, **kwargs):
+            connection = _connect(*args, **kwargs)
+            connection.set_authorizer(_authorizer)
+            return connection
+        sys.modules["sqlite3"].connect = sys.modules["sqlite3.dbapi2"].connect = sqlite_connect
+        del sqlite_connect
     sys.addaudithook(_hook)
-    del _hook, _deny, _text, _fd_target, _resolve, _absolute, _check_write
+    del _hook, _deny, _text, _fd_target, _resolve, _absolute, _check_write, _sqlite_authorizer
 
     # The CPU soft limit becomes a catchable error with partial output; the
     # hard limit (one second later) still kills code that ignores or swallows it.

@@ -1,8 +1,13 @@
 """ScheduleEnv (SPEC §3.13): free-slot search and pairwise conflict check over HH:MM intervals.
 
-Times are ``H:MM``/``HH:MM`` strings turned into minutes; anything else (a missing colon, a
-non-numeric part, a non-string, an interval that is not a pair) raises, and the runtime reports it
-as ``[TOOL_RUNTIME_ERROR]`` (SPEC: "A malformed time gives a runtime error").
+Times are ``H:MM``/``HH:MM`` strings turned into minutes. Malformed input raises, and the runtime
+reports it as ``[TOOL_RUNTIME_ERROR] <Class>: <message>`` (SPEC: "A malformed time gives a runtime
+error"). The error texts match the original's because the same Python operations run in the same
+order: a time is ``t.strip().split(":")`` unpacked into two parts and ``int()``-ed, and an interval
+is read as ``iv[0]``/``iv[1]``. So an interval with extra elements uses its first two (as the
+original), and e.g. a non-string time gives ``'int' object has no attribute 'strip'``, a one-element
+interval ``list index out of range``, a number as interval ``'int' object is not subscriptable``, an
+object as interval ``KeyError: 0``. The busy list is converted before ``day_start``/``day_end``.
 """
 from __future__ import annotations
 
@@ -12,7 +17,8 @@ from .base import ToolEnvironment
 
 
 def to_minutes(t: Any) -> int:
-    hours, minutes = t.split(":")  # ValueError unless exactly one colon; AttributeError for a non-string
+    # strip() first, as the original: a non-string fails on it ("'int' object has no attribute 'strip'").
+    hours, minutes = t.strip().split(":")  # ValueError unless exactly one colon
     return int(hours) * 60 + int(minutes)
 
 
@@ -21,8 +27,9 @@ def to_hhmm(minutes: int) -> str:
 
 
 def _pair(interval: Any) -> tuple[int, int]:
-    start, end = interval  # exactly two elements, else ValueError/TypeError
-    return to_minutes(start), to_minutes(end)
+    # Indexed, not unpacked, as the original: extra elements are ignored, and the errors are those of
+    # indexing (IndexError for one element, TypeError for a number, KeyError for an object).
+    return to_minutes(interval[0]), to_minutes(interval[1])
 
 
 def merge_busy(busy: list) -> list[list[int]]:

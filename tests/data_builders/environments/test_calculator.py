@@ -212,6 +212,18 @@ def test_non_dict_or_wrong_arguments(arguments):
         "success": False, "message": "Missing required parameter expression."}
 
 
+class TestOriginalFidelity:
+    """Issue 20, item 13: a non-string expression gets the original's ast.parse error."""
+
+    def test_item_13_evaluate_expression_int(self):
+        assert calc(5) == runtime("TypeError: compile() arg 1 must be a string, bytes or AST object")
+
+    def test_item_13_evaluate_expression_other_json_types(self):
+        for expression in (None, 2.5, [1, 2], {"a": 1}):
+            assert calc(expression) == runtime("TypeError: compile() arg 1 must be a string, bytes or AST object")
+        assert CalculatorEnv().call("get_last_result", {})["success"] is False
+
+
 # --- safe_arith directly ------------------------------------------------------------------------
 
 def test_evaluate_direct_errors():

@@ -147,9 +147,25 @@ def test_input_not_mutated_and_outputs_do_not_alias():
 
 
 def test_bad_values_type():
-    out = call("reverse", values="5")  # JSON-decodes to an int
-    assert out == {"success": False, "message": "[TOOL_RUNTIME_ERROR] TypeError: values must be a list, not int"}
     assert call("reverse", values={"a": 1}) == {"success": False, "message": "Parameter values should have type array."}
+    assert call("sort", values='"abc"') == {  # JSON-decodes to a string
+        "success": False, "message": "[TOOL_RUNTIME_ERROR] TypeError: 'str' object does not support item assignment"}
+
+
+class TestOriginalFidelity:
+    """Issue 20, item 13: the original reports the Python error of its first step, arr[:] = ..."""
+
+    def test_item_13_values_string_5(self):
+        for tool, extra in (("reverse", {}), ("append", {"value": 1}), ("insert", {"index": 0, "value": 1}),
+                            ("remove", {"value": 5}), ("sort", {})):
+            assert call(tool, values="5", **extra) == {  # "5" JSON-decodes to the int 5
+                "success": False,
+                "message": "[TOOL_RUNTIME_ERROR] TypeError: 'int' object does not support item assignment"}
+
+    def test_item_13_values_null(self):
+        assert call("reverse", values="null") == {
+            "success": False,
+            "message": "[TOOL_RUNTIME_ERROR] TypeError: 'NoneType' object does not support item assignment"}
 
 
 def test_2d_sort_incomparable_is_runtime_error():

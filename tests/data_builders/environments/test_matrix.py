@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import random
+import sys
 import time
 
 import pytest
 
 from data_builders.environments import serialize
-from data_builders.environments.matrix import MatrixEnv
+from data_builders.environments.matrix import WORK_BUDGET, MatrixEnv
 
 
 def call(tool, **arguments):
@@ -92,18 +93,13 @@ def test_determinant_size_guard():
         "Matrix too large for cofactor expansion (11x11, max 10x10).")
 
 
-def test_entry_guards():
-    out = call("matrix_determinant", matrix=[["x", 1], [1, 10**15]])
-    assert out == fail("[TOOL_RUNTIME_ERROR] TypeError: matrix entries must be numbers, got str")
-    assert call("matrix_determinant", matrix=[[10**15 + 1]]) == fail(
-        "[TOOL_RUNTIME_ERROR] ValueError: matrix entry too large (max 1000000000000000).")
-    assert call("matrix_trace", matrix=[[[1]]]) == fail(
-        "[TOOL_RUNTIME_ERROR] TypeError: matrix entries must be numbers, got list")
-    assert call("matrix_multiply", matrix_a=[[1]], matrix_b=[[None]]) == fail(
-        "[TOOL_RUNTIME_ERROR] TypeError: matrix_b entries must be numbers, got NoneType")
+def test_entries_follow_python():
+    # No entry check any more (issue 20 item 12): Python's own errors, as in the original.
     assert call("matrix_determinant", matrix=[5]) == fail(
         "[TOOL_RUNTIME_ERROR] TypeError: object of type 'int' has no len()")
     assert call("matrix_determinant", matrix=[[True, 0], [0, 2]]) == det_ok(2, 2)  # bools are ints
+    assert call("matrix_multiply", matrix_a=[[1.5]], matrix_b=[["a"]]) == fail(
+        "[TOOL_RUNTIME_ERROR] TypeError: can't multiply sequence by non-int of type 'float'")
 
 
 def test_multiply():
@@ -127,17 +123,92 @@ def test_multiply_errors():
     assert call("matrix_multiply", matrix_a=[[1]]) == fail("Missing required parameter matrix_b.")
 
 
-def test_multiply_size_guard():
-    # Guard (deviation): a 1000x1000 product would take minutes in pure Python.
+def test_multiply_work_guard():
+    # Guard (deviation): a 1000x1000 product would take minutes in pure Python; refused up front.
     # Timed on the method: the runtime's deep copy of 2x10^6 arguments is not the tool's cost.
     big = [[1] * 1000 for _ in range(1000)]
     start = time.perf_counter()
     assert MatrixEnv().matrix_multiply(big, big) == fail(
-        "Matrix product too large (1000x1000 * 1000x1000, max 1000000 multiplications).")
+        f"Matrix product too large (1000x1000 * 1000x1000, estimated work over {WORK_BUDGET}).")
     assert time.perf_counter() - start < 0.5
-    assert call("matrix_multiply", matrix_a=[[1] * 101] * 100, matrix_b=[[1] * 100] * 101) == fail(
-        "Matrix product too large (100x101 * 101x100, max 1000000 multiplications).")
-    assert call("matrix_multiply", matrix_a=[[1] * 100] * 100, matrix_b=[[1] * 100] * 100)["result"][0][0] == 100
+    # the estimate grows with the entries' size: 40x40 products of 20,000-bit entries are refused
+    huge = [[2**20_000] * 40 for _ in range(40)]
+    assert MatrixEnv().matrix_multiply(huge, huge)["message"].startswith("Matrix product too large (40x40")
+
+
+def test_determinant_work_guard():
+    huge = [[3**(60_000 + i + j) for j in range(10)] for i in range(10)]  # ~29,000-digit entries
+    assert MatrixEnv().matrix_determinant(huge) == fail(
+        f"Matrix entries too large for cofactor expansion (10x10, estimated work over {WORK_BUDGET}).")
+
+
+def test_unprintable_result_is_pythons_error():
+    limit = sys.get_int_max_str_digits()
+    entry = 10 ** (limit // 2 + 10)
+    out = MatrixEnv().call("matrix_multiply", {"matrix_a": [[entry]], "matrix_b": [[entry]]})
+    assert out == fail(f"[TOOL_RUNTIME_ERROR] ValueError: Exceeds the limit ({limit} digits) for integer "
+                       "string conversion; use sys.set_int_max_str_digits() to increase the limit")
+
+
+def test_huge_sequence_repetition_keeps_the_originals_error():
+    # "ab" * 10**12 would need 2 TB; the original's next step (0 + str) fails either way.
+    start = time.perf_counter()
+    assert call("matrix_multiply", matrix_a=[["ab"]], matrix_b=[[10**12]]) == fail(
+        "[TOOL_RUNTIME_ERROR] TypeError: unsupported operand type(s) for +: 'int' and 'str'")
+    assert call("matrix_determinant", matrix=[["x", 1], [1, 10**15]]) == fail(
+        "[TOOL_RUNTIME_ERROR] TypeError: unsupported operand type(s) for -: 'str' and 'int'")
+    assert call("matrix_determinant", matrix=[[[1], 0, 0], [0, 1, 0], [0, 0, 10**15]]) == fail(
+        "[TOOL_RUNTIME_ERROR] TypeError: unsupported operand type(s) for +=: 'int' and 'list'")
+    assert time.perf_counter() - start < 0.5
+    # beyond sys.maxsize Python refuses by itself, as in the original
+    assert call("matrix_determinant", matrix=[["ab", 1], [1, 2**63]])["message"].startswith(
+        "[TOOL_RUNTIME_ERROR] OverflowError")
+
+
+class TestOriginalFidelity:
+    """Issue 20, item 12: the original computes these with plain Python operations."""
+
+    def test_item_12_string_entry(self):
+        assert call("matrix_determinant", matrix=[["a"]]) == det_ok("a", 1)
+        assert call("matrix_trace", matrix=[["a"]]) == fail(
+            "[TOOL_RUNTIME_ERROR] TypeError: unsupported operand type(s) for +: 'int' and 'str'")
+        assert call("matrix_multiply", matrix_a=[["a"]], matrix_b=[[3]]) == fail(
+            "[TOOL_RUNTIME_ERROR] TypeError: unsupported operand type(s) for +: 'int' and 'str'")
+        assert call("matrix_determinant", matrix=[[2, "ab"], [3, "cd"]]) == fail(
+            "[TOOL_RUNTIME_ERROR] TypeError: unsupported operand type(s) for -: 'str' and 'str'")
+
+    def test_item_12_null_entry(self):
+        assert call("matrix_determinant", matrix=[[None]]) == det_ok(None, 1)
+        assert serialize(call("matrix_determinant", matrix=[[None]])) == (
+            '{"success": true, "result": null, "matrix_size": "1x1", "method": "cofactor_expansion"}')
+        assert call("matrix_trace", matrix=[[None]]) == fail(
+            "[TOOL_RUNTIME_ERROR] TypeError: unsupported operand type(s) for +: 'int' and 'NoneType'")
+        assert call("matrix_multiply", matrix_a=[[1]], matrix_b=[[None]]) == fail(
+            "[TOOL_RUNTIME_ERROR] TypeError: unsupported operand type(s) for *: 'int' and 'NoneType'")
+
+    def test_item_12_nested_list_entry(self):
+        assert call("matrix_determinant", matrix=[[[1, 2]]]) == det_ok([1, 2], 1)
+        assert call("matrix_trace", matrix=[[[1]]]) == fail(
+            "[TOOL_RUNTIME_ERROR] TypeError: unsupported operand type(s) for +: 'int' and 'list'")
+
+    def test_item_12_entries_above_10_to_15(self):
+        assert call("matrix_determinant", matrix=[[10**15 + 1]]) == det_ok(10**15 + 1, 1)
+        assert call("matrix_determinant", matrix=[[10**16, 1], [1, 10**16]]) == det_ok(10**32 - 1, 2)
+        assert call("matrix_trace", matrix=[[10**20, 0], [0, 1]]) == {
+            "success": True, "result": 100000000000000000001, "diagonal_elements": [10**20, 1],
+            "matrix_size": "2x2"}
+        assert call("matrix_multiply", matrix_a=[[10**18]], matrix_b=[[10**18]]) == {
+            "success": True, "result": [[10**36]], "dimensions": "1x1 * 1x1 = 1x1"}
+
+    def test_item_12_120x120_product_is_computed(self):
+        m = [[(i * 7 + j) % 11 - 5 for j in range(120)] for i in range(120)]
+        out = MatrixEnv().matrix_multiply(m, m)
+        assert out["success"] is True and out["dimensions"] == "120x120 * 120x120 = 120x120"
+        assert out["result"][3][4] == sum(m[3][k] * m[k][4] for k in range(120))
+
+    def test_item_12_11x11_determinant_stays_refused(self):
+        assert call("matrix_determinant", matrix=[[1] * 11 for _ in range(11)]) == fail(
+            "Matrix too large for cofactor expansion (11x11, max 10x10).")
 
 
 def test_trace():

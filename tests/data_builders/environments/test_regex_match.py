@@ -66,7 +66,7 @@ def test_sub_separator():
 def test_operation_normalisation():
     expected = call(pattern="o", text="foo")
     assert expected["result"] == ["o", "o"]
-    for op in ("findall", " FindAll ", "", "   ", None):
+    for op in ("findall", " FindAll ", "", None):  # whitespace-only is unknown: see item 10 below
         assert call(pattern="o", text="foo", operation=op) == expected
     assert call(pattern="o", text="foo", operation=" SEARCH ")["span"] == [1, 2]
     assert call(pattern="o", text="foo", operation="split") == {
@@ -84,6 +84,24 @@ def test_errors():
     assert call(pattern="a", text=["a"])["message"].startswith("[TOOL_RUNTIME_ERROR] TypeError: expected string")
     assert call(pattern="a", text="a", operation=3)["message"] == (
         "[TOOL_RUNTIME_ERROR] AttributeError: 'int' object has no attribute 'strip'")
+
+
+class TestOriginalFidelity:
+    """Issue 20, item 10: the original's payloads, written out literally."""
+
+    def test_item_10_whitespace_operation_is_unknown(self):
+        assert call(pattern="o", text="foo", operation="   ") == {
+            "success": False, "message": "Unknown operation:    . Use findall, search, match, or sub."}
+
+    def test_item_10_unknown_operation_keeps_callers_case(self):
+        assert call(pattern="o", text="foo", operation="Replace") == {
+            "success": False, "message": "Unknown operation: Replace. Use findall, search, match, or sub."}
+        assert call(pattern="o", text="foo", operation=" Split ") == {
+            "success": False, "message": "Unknown operation:  Split . Use findall, search, match, or sub."}
+
+    def test_item_10_non_string_sub_pattern_is_pythons_error(self):
+        assert call(pattern=5, text="foo", operation="sub") == {
+            "success": False, "message": "[TOOL_RUNTIME_ERROR] TypeError: argument of type 'int' is not iterable"}
 
 
 # --------------------------------------------------------------------------- backtracking guard

@@ -537,3 +537,33 @@ def test_forged_report_cannot_claim_other_kinds(namespaces):
 def test_non_string_code_is_a_programming_error():
     with pytest.raises(TypeError):
         run_python(b"print(1)")  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------- preloaded libraries (issue 20 item 6)
+
+def test_preloaded_library_import_does_not_count_against_the_limits(namespaces):
+    # numpy is imported before the hook; its import time is outside the code's CPU and wall-clock limits,
+    # which still end a busy loop as a time-out (not as an OOM kill or a sandbox error).
+    result = run_python("import numpy\nprint(numpy.int64(7))\nwhile True:\n    pass", LIMITS, namespaces=namespaces,
+                        preload=("numpy",))
+    assert result.error_kind == "timeout" and result.stdout == "7\n", result
+
+
+def test_preload_closes_ctypes_again(stray, namespaces):
+    # pandas, scipy and sympy load ctypes; afterwards it is out of sys.modules, so importing it is refused.
+    code = f"import sys\nprint('ctypes' in sys.modules)\nimport ctypes\nctypes.CDLL(None).system(b'touch {stray}')"
+    result = run_python(code, LIMITS, namespaces=namespaces, preload=("sympy",))
+    assert result.error_kind == "forbidden" and result.stdout == "False\n", result
+    assert result.error == "PermissionError: [sandbox] import of ctypes is not allowed"
+    assert not os.path.exists(stray)
+
+
+def test_preload_of_a_missing_module_is_skipped(namespaces):
+    result = run_python("import toolwise_no_such_library", LIMITS, namespaces=namespaces,
+                        preload=("toolwise_no_such_library",))
+    assert result.error == "ModuleNotFoundError: No module named 'toolwise_no_such_library'", result
+
+
+def test_preload_names_are_checked():
+    with pytest.raises(ValueError, match="not a module name"):
+        run_python("print(1)", preload=("numpy; import os",))

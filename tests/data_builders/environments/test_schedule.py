@@ -74,9 +74,9 @@ def test_find_free_slots_errors():
         "success": False, "message": "[TOOL_RUNTIME_ERROR] ValueError: not enough values to unpack (expected 2, got 1)"}
     bad_minutes = call("find_free_slots", busy=[], day_start="09:xx", day_end="17:00", min_duration=30)
     assert bad_minutes["message"].startswith("[TOOL_RUNTIME_ERROR] ValueError: invalid literal for int()")
-    not_a_pair = call("find_free_slots", busy=[["09:00", "10:00", "11:00"]], day_start="09:00", day_end="17:00",
-                      min_duration=30)
-    assert not_a_pair["message"].startswith("[TOOL_RUNTIME_ERROR] ValueError: too many values to unpack")
+    too_many_colons = call("find_free_slots", busy=[["09:00:00", "10:00"]], day_start="09:00", day_end="17:00",
+                           min_duration=30)
+    assert too_many_colons["message"] == "[TOOL_RUNTIME_ERROR] ValueError: too many values to unpack (expected 2)"
 
 
 def test_check_conflict_strict_and_pairwise():
@@ -104,4 +104,57 @@ def test_check_conflict_strict_and_pairwise():
 def test_check_conflict_errors():
     assert call("check_conflict") == {"success": False, "message": "Missing required parameter intervals."}
     assert call("check_conflict", intervals=[["09:00", 10]])["message"] == (
-        "[TOOL_RUNTIME_ERROR] AttributeError: 'int' object has no attribute 'split'")
+        "[TOOL_RUNTIME_ERROR] AttributeError: 'int' object has no attribute 'strip'")
+
+
+def err(message):
+    return {"success": False, "message": f"[TOOL_RUNTIME_ERROR] {message}"}
+
+
+class TestOriginalFidelity:
+    """Issue 20, item 11: the original reads an interval as iv[0]/iv[1] and a time as
+    t.strip().split(":"), so its payloads are those of these Python operations."""
+
+    def test_item_11_three_element_interval_uses_first_two(self):
+        assert call("find_free_slots", busy=[["09:00", "10:00", "x"]], day_start="09:00", day_end="12:00",
+                    min_duration=30) == {
+            "success": True, "result": [["10:00", "12:00"]], "total_free_slots": 1,
+            "search_window": ["09:00", "12:00"], "min_duration_minutes": 30, "busy_intervals": 1,
+            "merged_busy_intervals": 1}
+        assert call("check_conflict", intervals=[["09:00", "10:00", "x"], ["09:30", "11:00"]]) == {
+            "success": True,
+            "result": {"has_conflict": True, "conflicts": [[["09:00", "10:00", "x"], ["09:30", "11:00"]]]},
+            "total_intervals": 2, "total_conflicts": 1}
+
+    def test_item_11_integer_times(self):
+        assert call("check_conflict", intervals=[[900, 1000]]) == err(
+            "AttributeError: 'int' object has no attribute 'strip'")
+        assert call("find_free_slots", busy=[[900, 1000]], day_start="09:00", day_end="17:00",
+                    min_duration=30) == err("AttributeError: 'int' object has no attribute 'strip'")
+
+    def test_item_11_non_string_times(self):
+        assert call("check_conflict", intervals=[[9.5, "10:00"]]) == err(
+            "AttributeError: 'float' object has no attribute 'strip'")
+        assert call("check_conflict", intervals=[[None, "10:00"]]) == err(
+            "AttributeError: 'NoneType' object has no attribute 'strip'")
+        assert call("check_conflict", intervals=[[["09:00"], "10:00"]]) == err(
+            "AttributeError: 'list' object has no attribute 'strip'")
+        assert call("find_free_slots", busy=[], day_start=900, day_end="17:00", min_duration=30) == err(
+            "AttributeError: 'int' object has no attribute 'strip'")
+        assert call("find_free_slots", busy=[], day_start="09:00", day_end=1700, min_duration=30) == err(
+            "AttributeError: 'int' object has no attribute 'strip'")
+
+    def test_item_11_interval_shapes(self):
+        assert call("check_conflict", intervals=[["09:00"]]) == err("IndexError: list index out of range")
+        assert call("check_conflict", intervals=[[]]) == err("IndexError: list index out of range")
+        assert call("check_conflict", intervals=[900]) == err("TypeError: 'int' object is not subscriptable")
+        assert call("check_conflict", intervals=[None]) == err("TypeError: 'NoneType' object is not subscriptable")
+        assert call("check_conflict", intervals=[{"start": "09:00", "end": "10:00"}]) == err("KeyError: 0")
+        # a string interval is indexed character by character: "0" has no colon
+        assert call("check_conflict", intervals=["09:00-10:00"]) == err(
+            "ValueError: not enough values to unpack (expected 2, got 1)")
+        assert call("find_free_slots", busy=[["09:00"]], day_start="09:00", day_end="17:00",
+                    min_duration=30) == err("IndexError: list index out of range")
+
+    def test_item_11_padded_times_are_stripped(self):
+        assert call("check_conflict", intervals=[[" 09:00 ", "10:00\n"], ["09:30", "11:00"]])["total_conflicts"] == 1
