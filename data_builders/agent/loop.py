@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from ..backends.base import Backend, SamplingParams
+from ..backends.grammar import CallConstraint
 from ..environments import make_environment
 from ..environments.base import serialize
 from ..metrics.scoring import extract_boxed, is_correct, token_cost
@@ -49,6 +50,9 @@ class AgentConfig:
                                        # hidden (no schemas rendered, calls rejected with P.TOOLS_UNAVAILABLE)
     max_tool_calls: int | None = None  # executed (or no-op) calls allowed per episode; more are rejected
     reasoning_check: bool = True       # False: free text allowed before calls and answers (SPEC §5.4 checks off)
+    # Once a call opens, decode it under the episode's tool schemas (backends/grammar.py; needs xgrammar). It
+    # changes what a benchmark measures, so it is part of the evaluator's cache key and report like any setting.
+    constrained_calls: bool = False
 
     def __post_init__(self):
         self.mode = P.canonical_mode(self.mode)
@@ -187,16 +191,24 @@ class Agent:
             full = [p + self._pre_generation(ep, p, state.hidden[k], state.layers)
                     for k, (ep, p) in enumerate(zip(probe_eps, probe_prompts))]
             gens = self.backend.generate(full, params, prefill_state=state, return_logprobs=cfg.logprobs,
-                                         cache_keys=self._keys(probe_eps))
+                                         cache_keys=self._keys(probe_eps), **self._constraints(probe_eps))
             self._apply(probe_eps, gens, time.perf_counter() - t0)
         if plain_eps:
             t0 = time.perf_counter()
             gens = self.backend.generate(plain_prompts, params, return_logprobs=cfg.logprobs,
-                                         cache_keys=self._keys(plain_eps))
+                                         cache_keys=self._keys(plain_eps), **self._constraints(plain_eps))
             self._apply(plain_eps, gens, time.perf_counter() - t0)
 
     def _keys(self, eps: list[_Episode]) -> list[int] | None:
         return [ep.uid for ep in eps] if self.cfg.reuse_kv else None
+
+    def _constraints(self, eps: list[_Episode]) -> dict:
+        """``generate``'s ``constraints`` argument when calls are constrained (nothing otherwise, so backends that
+        predate it still work): each episode's tools, continuing a call its round-0 prefill opened."""
+        if not self.cfg.constrained_calls:
+            return {}
+        return {"constraints": [CallConstraint.after(ep.tools, self.call_format, ep.prefill_text if ep.round == 0
+                                                     else "") if ep.tools else None for ep in eps]}
 
     def _pre_generation(self, ep: _Episode, prompt: str, hidden, layers=None) -> str:
         prefill = self.hooks.pre_generation(ep.task, PromptState(prompt, list(ep.messages), hidden, layers))
@@ -338,7 +350,8 @@ class Agent:
             mode=cfg.mode, reasoning=cfg.reasoning, call_format=self.call_format,
             policy=self.backend.fingerprint,
             decoding={"temperature": cfg.temperature, "top_p": cfg.top_p, "max_new_tokens": cfg.max_new_tokens,
-                      "seed": cfg.seed, "max_rounds": cfg.max_rounds},
+                      "seed": cfg.seed, "max_rounds": cfg.max_rounds,
+                      **({"constrained_calls": True} if cfg.constrained_calls else {})},
             messages=ep.messages, turns=ep.turns, calls=ep.calls, decisions=ep.decisions,
             final_response=ep.final_response, answer=extract_boxed(ep.final_response),
             gold=t.answer, correct=is_correct(ep.final_response, t.answer),

@@ -9,6 +9,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Hashable, Sequence
 
+from .grammar import CallConstraint
+
 
 @dataclass
 class Generation:
@@ -16,7 +18,9 @@ class Generation:
     token_ids: list[int]           # generated tokens (no padding, no tokens after a stop)
     prompt_tokens: int             # tokens of the rendered prompt (the whole context prefilled this turn)
     finish_reason: str             # "stop" (stop string), "eos", or "length"
-    logprobs: list[float] | None = None   # log p(token) under the model's *raw* distribution
+    # log p(token) under the model's *raw* distribution (HF: also under a call constraint, whose mask comes after;
+    # vLLM applies the grammar mask first, so constrained tokens there are renormalized over the allowed set)
+    logprobs: list[float] | None = None
     cached_tokens: int = 0         # prompt tokens whose KV came from this episode's previous turn
 
     @property
@@ -70,12 +74,14 @@ class Backend(ABC):
     @abstractmethod
     def generate(self, prompts: Sequence[str], params: SamplingParams = SamplingParams(), *,
                  prefill_state: PrefillState | None = None, return_logprobs: bool = False,
-                 cache_keys: Sequence[Hashable] | None = None) -> list[Generation]:
+                 cache_keys: Sequence[Hashable] | None = None,
+                 constraints: Sequence[CallConstraint | None] | None = None) -> list[Generation]:
         """Batched generation. With ``cache_keys`` (one per prompt, e.g. an episode id) the backend keeps
         each row's KV cache and the next call with the same key prefills only the tokens past the
         longest common prefix; :meth:`release` frees them. With ``prefill_state`` from :meth:`prefill` on the same prompts, the
         prompt's KV cache is reused so the probe read costs no second forward pass; ``prompts`` may
-        then extend those prompts (a response prefill chosen from the probe's reading)."""
+        then extend those prompts (a response prefill chosen from the probe's reading). ``constraints`` (one per
+        prompt, None = free) hold each prompt's tool calls to its tools' schemas (``backends/grammar.py``)."""
 
     def release(self, keys: Sequence[Hashable]) -> None:
         """Forget the KV caches kept for these ``cache_keys`` (no-op for backends that keep none)."""

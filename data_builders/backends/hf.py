@@ -25,6 +25,7 @@ from transformers import DynamicCache, LogitsProcessorList
 
 from .base import Backend, Generation, PrefillState, SamplingParams
 from .chat import ChatText
+from .grammar import CallConstraint, GrammarCache, import_xgrammar
 
 # Config keys that say nothing about the weights' function (paths, versions, dtype bookkeeping).
 _VOLATILE_CONFIG_KEYS = {"_name_or_path", "transformers_version", "quantization_config", "torch_dtype", "dtype",
@@ -108,6 +109,37 @@ class _LogprobRecorder:
                                                                                device=sequences.device)
 
 
+class _CallGrammar:
+    """A logits processor that masks each row to what its call grammar allows (xgrammar's GrammarMatcher and
+    ``apply_token_bitmask_inplace``; rows without a grammar are left alone).
+
+    Not ``xgrammar.contrib.hf.LogitsProcessor``: that one asserts every token fed back is accepted, but
+    ``generate`` keeps feeding pad tokens to rows a stop string (``</tool_call>``) finished, and it would give
+    unconstrained rows a matcher too. A token the matcher rejects can only be such padding, so that row's
+    matcher is dropped. It runs after :class:`_LogprobRecorder`, which therefore records the raw distribution.
+    """
+
+    def __init__(self, grammars: list, vocab_size: int):
+        self._xgr = import_xgrammar()
+        self.matchers = [None if g is None else self._xgr.GrammarMatcher(g) for g in grammars]
+        self.bitmask = self._xgr.allocate_token_bitmask(len(grammars), vocab_size)
+        self.started = False
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        if self.started:   # the first call's last input token is the prompt's, not a generated one
+            last = input_ids[:, -1].tolist()
+            for i, m in enumerate(self.matchers):
+                if m is not None and not m.is_terminated() and not m.accept_token(last[i]):
+                    self.matchers[i] = None
+        self.started = True
+        rows = [i for i, m in enumerate(self.matchers) if m is not None and not m.is_terminated()]
+        if rows:
+            for i in rows:
+                self.matchers[i].fill_next_token_bitmask(self.bitmask, i)
+            self._xgr.apply_token_bitmask_inplace(scores, self.bitmask.to(scores.device), indices=rows)
+        return scores
+
+
 class HFBackend(ChatText, Backend):
     name = "hf"
 
@@ -123,6 +155,7 @@ class HFBackend(ChatText, Backend):
         self.max_batch_size = max_batch_size
         self.max_batch_tokens = max_batch_tokens
         self._kv: dict[Hashable, tuple[list[int], list[tuple[torch.Tensor, torch.Tensor]]]] = {}
+        self._grammars: GrammarCache | None = None   # built on the first constrained generation
         cfg = model.config
         self.n_layers = cfg.num_hidden_layers
         self.d_model = cfg.hidden_size
@@ -219,13 +252,15 @@ class HFBackend(ChatText, Backend):
     @torch.inference_mode()
     def generate(self, prompts: Sequence[str], params: SamplingParams = SamplingParams(), *,
                  prefill_state: PrefillState | None = None, return_logprobs: bool = False,
-                 cache_keys: Sequence[Hashable] | None = None) -> list[Generation]:
+                 cache_keys: Sequence[Hashable] | None = None,
+                 constraints: Sequence[CallConstraint | None] | None = None) -> list[Generation]:
         if not self.model.can_generate():
             raise RuntimeError(f"{self.model_id}: this HF copy was loaded without its LM head (probe_only) and only "
                                "reads hidden states; generation runs on the engine beside it")
         prompts = list(prompts)
         if cache_keys is not None and len(cache_keys) != len(prompts):
             raise ValueError("cache_keys must give one key per prompt")
+        grammars = self._compile(prompts, constraints)
         if params.seed is not None:
             torch.manual_seed(params.seed)
         kw = self._gen_kwargs(params)
@@ -240,8 +275,13 @@ class HFBackend(ChatText, Backend):
         for idx, enc, cache in batches:
             extra = {self._cache_kw: cache} if cache is not None else {}
             recorder = _LogprobRecorder() if return_logprobs else None
-            if recorder is not None:
-                extra["logits_processor"] = LogitsProcessorList([recorder])
+            processors = [recorder] if recorder is not None else []
+            rows = [grammars[i] for i in idx] if grammars else []
+            if any(g is not None for g in rows):
+                # After the recorder, so that it reads the raw scores before the grammar masks them.
+                processors.append(_CallGrammar(rows, self.model.config.vocab_size))
+            if processors:
+                extra["logits_processor"] = LogitsProcessorList(processors)
             out = self.model.generate(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"], **kw, **extra)
             new = out.sequences[:, enc["input_ids"].shape[1]:]
             lp = recorder.finish(out.sequences) if recorder is not None else None
@@ -253,6 +293,16 @@ class HFBackend(ChatText, Backend):
             if cache_keys is not None:
                 self._store(idx, enc, out, [results[i] for i in idx], [cache_keys[i] for i in idx])
         return results  # type: ignore[return-value]
+
+    def _compile(self, prompts: list[str], constraints) -> list | None:
+        """Each prompt's compiled call grammar (None: unconstrained), or None when no prompt has one."""
+        if constraints is None or not any(c is not None for c in constraints):
+            return None
+        if len(constraints) != len(prompts):
+            raise ValueError("constraints must give one entry (a CallConstraint or None) per prompt")
+        if self._grammars is None:
+            self._grammars = GrammarCache(self.tokenizer, self.model.config.vocab_size)
+        return [None if c is None else self._grammars.get(c) for c in constraints]
 
     # ---------------------------------------------------------------- KV reuse across turns
     # An agent's next prompt is its last prompt + what it generated + the appended messages. Keeping

@@ -12,6 +12,10 @@ With ``vllm_extras`` (default; vLLM servers) prompts go in as token ids, the sto
 output, and vLLM returns the generated token ids and which stop ended the turn. Other servers get text
 prompts and no server-side stop (they drop the stop string and do not say whether EOS or a stop string
 ended generation); the stop string is then cut here, at the cost of decoding past it.
+
+Call constraints (``agent.constrained_calls``) need a vLLM server: prompts are sent grouped by structural tag,
+each group with the request field ``structured_outputs: {"structural_tag": ...}`` (vLLM masks before it computes
+log-probs: see ``vllm_backend.py``). Other servers (``vllm_extras: false``) get a clear error, not free decoding.
 """
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ from transformers import AutoConfig, AutoTokenizer
 
 from .base import Backend, Generation, PrefillState, SamplingParams
 from .chat import ChatText
+from .grammar import CallConstraint
 
 OPENAI_INSTALL_HINT = "The OpenAI-compatible backend needs the openai client: pip install '.[openai]'"
 
@@ -73,7 +78,8 @@ class OpenAIBackend(ChatText, Backend):
                              "(Probe&Prefill) cannot run on it; use backend=hf or backend=vllm")
 
     # ---------------------------------------------------------------- generation
-    def _request(self, prompts: list[str], ids: list[list[int]], params: SamplingParams, return_logprobs: bool):
+    def _request(self, prompts: list[str], ids: list[list[int]], params: SamplingParams, return_logprobs: bool,
+                 structural_tag: str | None = None):
         kw: dict[str, Any] = dict(model=self.served_model, max_tokens=params.max_new_tokens,
                                   temperature=params.temperature, top_p=params.top_p if params.temperature > 0 else 1.0)
         if params.seed is not None and params.temperature > 0:
@@ -85,6 +91,8 @@ class OpenAIBackend(ChatText, Backend):
                                      "skip_special_tokens": True}
             if params.temperature > 0 and params.top_k:
                 extra["top_k"] = params.top_k
+            if structural_tag is not None:
+                extra["structured_outputs"] = {"structural_tag": structural_tag}
             kw.update(prompt=ids, stop=list(params.stop) or None, extra_body=extra)
         else:
             kw.update(prompt=prompts)
@@ -93,20 +101,31 @@ class OpenAIBackend(ChatText, Backend):
 
     def generate(self, prompts: Sequence[str], params: SamplingParams = SamplingParams(), *,
                  prefill_state: PrefillState | None = None, return_logprobs: bool = False,
-                 cache_keys: Sequence[Hashable] | None = None) -> list[Generation]:
+                 cache_keys: Sequence[Hashable] | None = None,
+                 constraints: Sequence[CallConstraint | None] | None = None) -> list[Generation]:
         if prefill_state is not None:
             raise NoHiddenStates("prefill_state given to the OpenAI-compatible backend, which has no prefill")
         prompts = list(prompts)
+        if constraints is not None and len(constraints) != len(prompts):
+            raise ValueError("constraints must give one entry (a CallConstraint or None) per prompt")
+        groups: dict[str | None, list[int]] = {}   # one structured-outputs request per structural tag
+        for i, c in enumerate(constraints or [None] * len(prompts)):
+            groups.setdefault(None if c is None else c.key(), []).append(i)
+        if not self.vllm_extras and any(k is not None for k in groups):
+            raise ValueError(f"agent.constrained_calls on {self.base_url}: constrained decoding is sent as vLLM's "
+                             "`structured_outputs` request field, which needs a vLLM server (backend.vllm_extras=true)")
         ids = [self.tokenizer(p, add_special_tokens=False).input_ids for p in prompts]
-        out: list[Generation] = []
-        for s in range(0, len(prompts), self.max_concurrency):
-            chunk = slice(s, s + self.max_concurrency)
-            choices = self._request(prompts[chunk], ids[chunk], params, return_logprobs)
-            if len(choices) != len(prompts[chunk]):
-                raise RuntimeError(f"{self.base_url} returned {len(choices)} completions for "
-                                   f"{len(prompts[chunk])} prompts")
-            out += [self._generation(c, len(x), params) for c, x in zip(choices, ids[chunk])]
-        return out
+        out: list[Generation | None] = [None] * len(prompts)
+        for tag, rows in groups.items():
+            for s in range(0, len(rows), self.max_concurrency):
+                part = rows[s:s + self.max_concurrency]
+                choices = self._request([prompts[i] for i in part], [ids[i] for i in part], params, return_logprobs,
+                                        tag)
+                if len(choices) != len(part):
+                    raise RuntimeError(f"{self.base_url} returned {len(choices)} completions for {len(part)} prompts")
+                for i, c in zip(part, choices):
+                    out[i] = self._generation(c, len(ids[i]), params)
+        return out  # type: ignore[return-value]
 
     def _generation(self, choice, n_prompt: int, params: SamplingParams) -> Generation:
         d = choice.model_dump() if hasattr(choice, "model_dump") else dict(choice)

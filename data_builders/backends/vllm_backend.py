@@ -11,6 +11,10 @@ one (docs/guide.md, "Engines"). What differs from the HF backend, and why:
   :meth:`release` have nothing to do; ``Generation.cached_tokens`` is vLLM's prefix-cache hit count.
 * Adapters: the LoRA is merged into a copy of the base weights once (cached by content hash) and vLLM
   serves that copy; merged weights run at full speed and need no LoRA kernels on CPU.
+* Call constraints (``agent.constrained_calls``): the structural tag of ``backends/grammar.py`` goes in as
+  ``StructuredOutputsParams(structural_tag=...)``, one SamplingParams per prompt. vLLM applies the grammar
+  mask *before* it computes log-probs, so a constrained turn's ``logprobs`` are renormalized over the tokens
+  the grammar allows (>= the raw ones the HF backend records; equal where the grammar allows every token).
 * Hidden states: vLLM exposes only the final layer (pooling runner), but the probe reads every layer, so
   :meth:`prefill` runs the HF backend on the same weights (loaded on first use, with a logged message)
   and generation continues in vLLM on the full prompt.
@@ -25,6 +29,7 @@ from transformers import AutoConfig, AutoTokenizer
 
 from .base import Backend, Generation, PrefillState, SamplingParams
 from .chat import ChatText
+from .grammar import CallConstraint
 from .hf import weights_fingerprint
 
 log = logging.getLogger(__name__)
@@ -126,8 +131,15 @@ class VLLMBackend(ChatText, Backend):
         return self._config
 
     # ---------------------------------------------------------------- generation
-    def sampling_params(self, params: SamplingParams, return_logprobs: bool):
+    def sampling_params(self, params: SamplingParams, return_logprobs: bool,
+                        constraint: CallConstraint | None = None):
+        structured = None
+        if constraint is not None:
+            from vllm.sampling_params import StructuredOutputsParams   # why: optional extra, see import_vllm
+
+            structured = StructuredOutputsParams(structural_tag=constraint.key())
         return self._vllm.SamplingParams(
+            structured_outputs=structured,
             max_tokens=params.max_new_tokens, temperature=params.temperature,
             top_p=params.top_p if params.temperature > 0 else 1.0,
             top_k=params.top_k if (params.temperature > 0 and params.top_k) else -1,
@@ -137,7 +149,8 @@ class VLLMBackend(ChatText, Backend):
 
     def generate(self, prompts: Sequence[str], params: SamplingParams = SamplingParams(), *,
                  prefill_state: PrefillState | None = None, return_logprobs: bool = False,
-                 cache_keys: Sequence[Hashable] | None = None) -> list[Generation]:
+                 cache_keys: Sequence[Hashable] | None = None,
+                 constraints: Sequence[CallConstraint | None] | None = None) -> list[Generation]:
         from vllm.inputs import TokensPrompt   # why: optional extra, see import_vllm
 
         prompts = list(prompts)   # cache_keys: nothing to keep, vLLM's prefix cache reuses each episode's KV
@@ -149,8 +162,11 @@ class VLLMBackend(ChatText, Backend):
                     raise ValueError(f"prompt {i} does not extend the prefilled prompt; re-run prefill")
             prefill_state._resume.clear()   # the HF caches are not used by vLLM: free them now
         ids = [self.tokenizer(p, add_special_tokens=False).input_ids for p in prompts]
-        outs = self.llm.generate([TokensPrompt(prompt_token_ids=x) for x in ids],
-                                 self.sampling_params(params, return_logprobs), use_tqdm=False)
+        if constraints is not None and len(constraints) != len(prompts):
+            raise ValueError("constraints must give one entry (a CallConstraint or None) per prompt")
+        sp = (self.sampling_params(params, return_logprobs) if constraints is None else
+              [self.sampling_params(params, return_logprobs, c) for c in constraints])
+        outs = self.llm.generate([TokensPrompt(prompt_token_ids=x) for x in ids], sp, use_tqdm=False)
         return [self._generation(o, len(x), params, return_logprobs) for o, x in zip(outs, ids)]
 
     def _generation(self, out, n_prompt: int, params: SamplingParams, return_logprobs: bool) -> Generation:

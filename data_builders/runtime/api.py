@@ -147,6 +147,14 @@ class Gates:
         """Probe&Prefill before the first generation: the policy's hidden states of the rendered first prompt
         (a toolwise HF/vLLM backend: ``backend.prefill``). ``action`` "use"/"skip" picks the response prefill
         (:func:`prefill_text`). None when no probe is loaded."""
+        probed = self.probe_first_prompt(backend, messages, tools)
+        return None if probed is None else probed[0]
+
+    def probe_first_prompt(self, backend, messages: list[dict], tools: list[dict] | None
+                           ) -> tuple[GateDecision, str, Any] | None:
+        """:meth:`first_turn`'s decision with the rendered prompt and the backend's prefill state, so the caller
+        generates from that state (``backend.generate(..., prefill_state=state)``) without a second forward pass
+        over the prompt, as toolwise's loop does. None when no probe is loaded."""
         if self.probe_prefill is None:
             return None
         if self.strict:     # the probe reads this backend's states: they must be the ones it was trained on
@@ -155,5 +163,6 @@ class Gates:
         prompt = backend.render(P.template_messages(loop_messages), check_tools(tools))
         layers: Sequence[int] = list(range(self.probe_prefill.contract["input_shape"][0]))
         state = backend.prefill([prompt], layers)
-        return probe_decision(self.probe_prefill, PromptState(prompt, loop_messages, state.hidden[0], state.layers),
-                              self.taus.get("probe_prefill"))
+        decision = probe_decision(self.probe_prefill, PromptState(prompt, loop_messages, state.hidden[0],
+                                                                   state.layers), self.taus.get("probe_prefill"))
+        return decision, prompt, state

@@ -37,6 +37,7 @@ ENTRY_GROUPS = {
     "factorized": ["model", "backend", "tasks", "agent", "pte", "hardware", "logger", "checkpoints"],
     "oracle": ["tasks"],
     "sft_data": ["tasks"],
+    "serve": ["upstream", "model", "backend", "checkpoints"],
 }
 BASE = {"fit": ["recipe=g_step"]}                     # fit has no default recipe
 NEEDS = {"model=hf": ["model.name=/some/dir"]}       # hf's model.name is mandatory
@@ -120,13 +121,14 @@ def test_a_typo_in_a_yaml_file_fails_at_compose_time(tmp_path):
 def test_every_hydra_job_checks_keys_before_it_runs():
     """hydra/settings.yaml's callback ends a job whose config has a key no schema declares (Hydra's own
     callback runner would only warn about an exception)."""
-    for entry in ENTRY_GROUPS:
+    for entry, groups in ENTRY_GROUPS.items():
+        group = "tasks" if "tasks" in groups else "model"
         with initialize_config_dir(config_dir=recipes.CONFIG_DIR, version_base="1.3"):
-            cfg = hydra_compose(entry, [*BASE.get(entry, []), "+tasks.bogus=1"], return_hydra_config=True)
+            cfg = hydra_compose(entry, [*BASE.get(entry, []), f"+{group}.bogus=1"], return_hydra_config=True)
         callbacks = [instantiate(c) for c in cfg.hydra.callbacks.values()]
         assert any(isinstance(c, schema.CheckKeys) for c in callbacks), entry
         check = next(c for c in callbacks if isinstance(c, schema.CheckKeys))
-        with pytest.raises(SystemExit, match=r"tasks.bogus \(not a field of"):
+        with pytest.raises(SystemExit, match=rf"{group}.bogus \(not a field of"):
             check.on_job_start(config=cfg, task_function=None)
 
 

@@ -37,6 +37,7 @@ import controllers
 import data_builders.tasks as task_sources   # called through the module: tests replace tasks_from_config
 from data_builders.agent.hooks import Hooks
 from data_builders.agent.loop import Agent, AgentConfig
+from data_builders.backends.grammar import import_xgrammar
 from data_builders.agent.trajectory import Trajectory, summarize
 from data_builders.backends import loading   # called through the module: tests replace backend_from_config
 from data_builders.backends.loading import REPO_ROOT
@@ -112,11 +113,12 @@ def build_arms(cfg: DictConfig, policy: str, call_format: str) -> tuple[list[Arm
     a = cfg.arms
     arms: list[Arm] = []
     loaded: dict[str, Loaded] = {}
-    for reasoning in a.reasoning:
-        for mode in a.modes:
-            name = mode + ("+rta" if reasoning else "")
-            arms.append(Arm(name, "prompt", {"name": name, "mode": mode, "reasoning": bool(reasoning)}, mode,
-                            bool(reasoning)))
+    for constrained in a.get("constrained_calls") or [False]:
+        for reasoning in a.reasoning:
+            for mode in a.modes:
+                name = mode + ("+rta" if reasoning else "") + ("+cc" if constrained else "")
+                arms.append(Arm(name, "prompt", {"name": name, "mode": mode, "reasoning": bool(reasoning)}, mode,
+                                bool(reasoning), agent={"constrained_calls": True} if constrained else {}))
 
     if a.get("probe"):
         loaded["probe"] = _controller(a.probe.checkpoint, "probe", policy, a.strict_contracts)
@@ -373,7 +375,8 @@ def planned_arm_names(cfg: DictConfig) -> tuple[list[str], list[str]]:
     checkpoint's calibrated τ (known once the controller loads). Prefill arms are inputs of the probe arms, not
     arms of the report."""
     a = cfg.arms
-    names = [mode + ("+rta" if reasoning else "") for reasoning in a.reasoning for mode in a.modes]
+    names = [mode + ("+rta" if reasoning else "") + ("+cc" if constrained else "")
+             for constrained in a.get("constrained_calls") or [False] for reasoning in a.reasoning for mode in a.modes]
     calibrated = []
     families = ([(f"probe_{style}", a.probe.taus) for style in a.probe.styles] if a.get("probe") else []) + \
         [(key, a[key].taus) for key in ("toolgate", "g_step") if a.get(key)]
@@ -403,6 +406,8 @@ def check_config(cfg: DictConfig) -> None:
     agent_kw = OmegaConf.to_container(cfg.agent, resolve=True)
     for mode in cfg.arms.modes:
         AgentConfig(**{**agent_kw, "mode": mode})
+    if (agent_kw.get("constrained_calls") or any(cfg.arms.get("constrained_calls") or [])):
+        import_xgrammar()   # fail before the policy loads, with the pip command
     names, calibrated = planned_arm_names(cfg)
     family, at, _ = cfg.reference.partition("@")
     if cfg.reference in names or (at and family in calibrated):

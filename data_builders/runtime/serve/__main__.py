@@ -1,8 +1,10 @@
 """``python -m data_builders.runtime.serve upstream.base_url=http://127.0.0.1:8000/v1
 gates.toolgate=checkpoints/toolgate/<run> gates.g_step=checkpoints/g_step/<run> host=127.0.0.1 port=8080``
+(or ``upstream=local model=... gates.probe_prefill=...``: the policy in this process, Probe&Prefill included).
 
-Loads the gates (their contracts checked against ``gates.policy`` when given), then serves until stopped.
-Refuses to start on an address other machines can reach unless API keys are set (``auth``)."""
+Loads the gates (their contracts checked against ``gates.policy`` when given, with ``upstream=local`` against the
+local policy's fingerprint), then serves until stopped. Refuses to start on an address other machines can reach
+unless API keys are set (``auth``)."""
 from __future__ import annotations
 
 import logging
@@ -18,16 +20,32 @@ from .auth import check_bind, load_api_keys
 from .upstream import Upstream
 
 
-def load_gates(cfg: DictConfig):
+def load_gates(cfg: DictConfig, policy: str | None = None):
     """The configured gates, or None when none is (the endpoint is then a plain proxy with the same limits)."""
-    if cfg.toolgate is None and cfg.g_step is None:
+    if cfg.toolgate is None and cfg.g_step is None and cfg.probe_prefill is None:
         return None
     # why here: the runtime API loads torch, the controllers and the featurizers (MiniLM); a plain proxy and the
     # tests' injected gates do without them.
     from data_builders.runtime.api import Gates
 
     # warmed up before the port opens: the first request must not wait seconds for the encoder to load
-    return Gates.load(toolgate=cfg.toolgate, g_step=cfg.g_step, policy=cfg.policy, strict=cfg.strict).warmup()
+    return Gates.load(toolgate=cfg.toolgate, g_step=cfg.g_step, probe_prefill=cfg.probe_prefill,
+                      policy=policy or cfg.policy, strict=cfg.strict).warmup()
+
+
+def build(cfg: DictConfig):
+    """(gates, upstream) from the config: ``upstream=http`` proxies a server, ``upstream=local`` loads the policy."""
+    if cfg.upstream.kind == "local":
+        # why here: upstream=local loads a policy (transformers, maybe vLLM); upstream=http never does
+        from .local import LocalUpstream
+
+        upstream = LocalUpstream.from_config(cfg)
+        upstream.gates = load_gates(cfg.gates, policy=cfg.gates.policy or upstream.backend.fingerprint)
+        return upstream.gates, upstream
+    if cfg.gates.probe_prefill is not None:
+        raise ValueError("gates.probe_prefill needs upstream=local: the probe reads the policy's hidden states, "
+                         "which an HTTP upstream does not return")
+    return load_gates(cfg.gates), Upstream.from_config(cfg.upstream)
 
 
 @hydra.main(config_path=CONFIG_DIR, config_name="serve", version_base="1.3")
@@ -35,9 +53,11 @@ def main(cfg: DictConfig) -> None:
     check_bind(cfg.host, load_api_keys(cfg.auth), cfg.auth.env)
     # Hydra's logging puts the root logger at INFO: httpx would log a line per upstream call (uvicorn logs access)
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    app = create_app(cfg, load_gates(cfg.gates), Upstream.from_config(cfg.upstream))
-    print(f"serving {cfg.upstream.base_url} gated by toolgate={cfg.gates.toolgate} g_step={cfg.gates.g_step} "
-          f"(on_error={cfg.gates.on_error}) at http://{cfg.host}:{cfg.port}/v1", flush=True)
+    gates, upstream = build(cfg)
+    app = create_app(cfg, gates, upstream)
+    print(f"serving {upstream.base_url} gated by toolgate={cfg.gates.toolgate} g_step={cfg.gates.g_step} "
+          f"probe_prefill={cfg.gates.probe_prefill} (on_error={cfg.gates.on_error}) at http://{cfg.host}:{cfg.port}/v1",
+          flush=True)
     uvicorn.run(app, host=cfg.host, port=cfg.port, log_level=cfg.log_level)
 
 

@@ -8,8 +8,10 @@ say so, and record every decision.
 * a final answer goes through G-STEP (with the answer's token log-probs); *continue* appends toolwise's
   verification prompt and re-asks, up to ``max_continues`` verification rounds per conversation (a verification
   prompt already in the client's messages counts).
-* a gate that raises: ``on_error=open`` (default) applies execute / commit, ``closed`` skip / continue; either
-  way the decision is recorded with ``action: "error"``.
+* with ``upstream=local`` the first turn of a conversation may carry the probe's decision (Probe&Prefill, made
+  inside the local upstream before it generates): it is recorded and counted like the others.
+* a gate that raises: ``on_error=open`` (default) applies execute / commit (the probe: no prefill), ``closed``
+  skip / continue (the probe: the skip prefill); either way the decision is recorded with ``action: "error"``.
 
 The messages the server added (skipped turns, verification prompts) come back in ``toolwise.injected`` so a
 client keeping the transcript can splice them in before the returned turn."""
@@ -107,8 +109,18 @@ class Gater:
             calls += 1
             upstream_s += latency
             usage.update({k: v for k, v in (body.get("usage") or {}).items() if isinstance(v, int)})
+            probed = body.pop("toolwise_upstream", {}) if getattr(self.upstream, "local", False) else {}
+            for rec in probed.get("decisions", []):     # upstream=local: the probe's decision on a first turn
+                rec.update(round=calls - 1)
+                decisions.append(rec)
+                self.metrics.decisions.labels(rec["gate"], rec["applied"]).inc()
+                self.metrics.gate_latency.labels(rec["gate"]).observe(rec["latency_ms"] / 1000)
+                if rec["action"] == "error":
+                    self.metrics.gate_errors.labels(rec["gate"]).inc()
             choice = body["choices"][0]
             turn = choice["message"]
+            if not turn.get("tool_calls") and "<tool_call>" in (turn.get("content") or ""):
+                self.metrics.malformed_calls.inc()      # opened a call nobody could parse: it stays text
             if turn.get("tool_calls"):
                 records = []
                 for call in turn["tool_calls"]:

@@ -6,12 +6,8 @@ module (start-up costs seconds); the server test starts and stops its own server
 from __future__ import annotations
 
 import json
-import os
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -25,6 +21,7 @@ from data_builders.backends.base import SamplingParams  # noqa: E402
 from data_builders.backends.loading import backend_from_config, embedded_model_dir, load_backend  # noqa: E402
 from data_builders.tasks import load_tasks  # noqa: E402
 from recipes import compose  # noqa: E402
+from tests.vllm_server import vllm_server  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[3]
 MODEL = compose("rollout").model                                   # the embedded policy, tool_sft adapter
@@ -105,46 +102,11 @@ def test_rollout_cli_with_backend_vllm(tmp_path):
     assert "accuracy=" in proc.stdout
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     """A vLLM OpenAI-compatible server on 127.0.0.1 serving the bare embedded model."""
-    port, tmp = _free_port(), tmp_path_factory.mktemp("vllm-server")
-    env = {**os.environ, "TMPDIR": str(tmp), "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CACHE_ROOT": str(tmp / "cache"),
-           "TORCHINDUCTOR_CACHE_DIR": str(tmp / "inductor"),
-           "VLLM_CPU_OMP_THREADS_BIND": f"0-{(os.cpu_count() or 2) - 1}"}
-    # `vllm serve` fails on the vllm-cpu package name; the module entry point works.
-    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(embedded_model_dir()),
-           "--served-model-name", "smollm2", "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
-           "--enforce-eager", "--max-model-len", "4096", "--seed", "0"]
-    log = open(tmp / "server.log", "w")
-    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 300
-        while True:
-            if proc.poll() is not None:
-                pytest.fail("vLLM server exited:\n" + (tmp / "server.log").read_text()[-3000:])
-            try:
-                urllib.request.urlopen(base + "/health", timeout=2)
-                break
-            except OSError:
-                if time.time() > deadline:
-                    pytest.fail("vLLM server did not come up in 300 s:\n" + (tmp / "server.log").read_text()[-3000:])
-                time.sleep(1)
-        yield base + "/v1"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
+    with vllm_server(tmp_path_factory.mktemp("vllm-server"), str(embedded_model_dir()), "smollm2") as url:
+        yield url
 
 
 def test_openai_backend_against_a_local_vllm_server(server):
@@ -180,3 +142,61 @@ def test_wrapped_engine_gives_the_grpo_rollout_the_same_tokens_as_hf(engines):
     for x, y in zip(seqs["hf"], seqs["vllm"], strict=True):
         assert (y.prompt_ids, y.completion_ids, y.env_mask) == (x.prompt_ids, x.completion_ids, x.env_mask)
     assert any(0 in s.env_mask for s in seqs["vllm"])      # at least one multi-turn episode with tool output
+
+
+def test_constrained_calls_hold_on_vllm(engines):
+    """agent.constrained_calls on vLLM (structured outputs, structural tag): after the hard prefill that opens a
+    call, every generation of the embedded policy is a call to one of the *given* tools, valid under the schema, and
+    the same call the HF backend's grammar gives. Each prompt is given another environment's tools, which the policy
+    left to itself does not call, so the check fails if the constraint is not applied."""
+    jsonschema = pytest.importorskip("jsonschema")
+    from data_builders.agent.parsing import parse_tool_call
+    from data_builders.backends.grammar import CallConstraint
+
+    hf, vl = engines
+    tasks = load_tasks("builtin", split="test", limit=8)
+    agent = Agent(vl, AgentConfig(mode="force", call_format="xml"))
+    eps = [agent._start(t, i) for i, t in enumerate(tasks)]
+    names = [{t["function"]["name"] for t in ep.tools} for ep in eps]
+    n = len(eps)   # each prompt gets the next environment's tools with none of its own
+    given = [next(eps[(i + k) % n].tools for k in range(1, n) if not names[(i + k) % n] & names[i]) for i in range(n)]
+    opened = "<tool_call>\n"
+    prompts = [agent._render(ep) + opened for ep in eps]
+    cons = [CallConstraint.after(tools, "xml", opened) for tools in given]
+    params = SamplingParams(max_new_tokens=128, stop=("</tool_call>",))
+    got = vl.generate(prompts, params, return_logprobs=True, constraints=cons)
+    for tools, g in zip(given, got):
+        call = parse_tool_call(opened + g.text)
+        schemas = {t["function"]["name"]: t["function"]["parameters"] for t in tools}
+        assert g.finish_reason == "stop" and call is not None and call.name in schemas, g.text
+        jsonschema.validate(call.arguments, schemas[call.name])
+    free = [parse_tool_call(opened + g.text) for g in vl.generate(prompts, params)]
+    assert any(c is None or c.name not in {t["function"]["name"] for t in tools} for c, tools in zip(free, given))
+    want = hf.generate(prompts, params, return_logprobs=True, constraints=cons)
+    assert [g.text for g in got] == [w.text for w in want]
+    # vLLM masks before its log-probs (renormalized over the allowed tokens); HF records the raw ones (<=)
+    assert all(v >= h - 1e-3 for w, g in zip(want, got) for h, v in zip(w.logprobs, g.logprobs))
+
+
+def test_constrained_calls_through_a_vllm_server(server):
+    """The OpenAI backend sends the structural tag as the vLLM server's `structured_outputs` request field: the
+    server's calls are the HF backend's constrained ones on the same (bare) weights."""
+    pytest.importorskip("openai")
+    from data_builders.agent.parsing import parse_tool_call
+    from data_builders.backends.grammar import CallConstraint
+
+    remote = backend_from_config(BARE, compose("rollout", ["backend=openai", f"backend.base_url={server}"]).backend)
+    local = load_backend("smollm2")
+    tasks = load_tasks("builtin", split="test", limit=4)
+    agent = Agent(local, AgentConfig(mode="force", call_format="xml"))
+    eps = [agent._start(t, i) for i, t in enumerate(tasks)]
+    prompts = [agent._render(ep) + "<tool_call>\n" for ep in eps]
+    cons = [CallConstraint.after(eps[(i + 1) % 4].tools, "xml", "<tool_call>\n") for i in range(4)]
+    params = SamplingParams(max_new_tokens=96, stop=("</tool_call>",))
+    want = local.generate(prompts, params, constraints=cons)
+    got = remote.generate(prompts, params, constraints=cons)
+    assert [g.text for g in got] == [w.text for w in want]
+    for c, g in zip(cons, got):   # the bare model may run out of tokens inside a value: check what it began
+        assert any(g.text.startswith(f'{{"name": "{t["name"]}", "arguments": {{') for t in c.tools), g.text
+        call = parse_tool_call("<tool_call>\n" + g.text)
+        assert g.finish_reason == "length" or (call is not None and call.name in {t["name"] for t in c.tools})

@@ -62,7 +62,7 @@ def test_flip_classes_and_execute_label():
     assert [by[i]["flip_class"] for i in "1234"] == ["helpful", "unchanged", "harmful", "helpful"]
     assert [by[i]["label"] for i in "1234"] == [1, 0, 0, 0]
     assert by["1"]["point_id"] == "1:0" and by["1"]["tool"] == "evaluate_expression"
-    assert "Pending call: evaluate_expression" in by["1"]["summary"]
+    assert by["1"]["summary"].startswith("evaluate_expression(") and " | " in by["1"]["summary"]
     assert t["embedding"].shape == (4, EMBEDDING_DIM) and t["structural"].shape == (4, len(structural_names()))
     assert t["structural"][:, 1].tolist() == [1.0] * 4               # each is the episode's first call
 

@@ -249,15 +249,18 @@ def test_absent_gates_answer_none_and_decisions_carry_their_tau_and_latency(tiny
 
 
 def test_warmup_loads_the_toolgate_encoder_before_the_first_decision(tiny_gates):
-    from data_builders.features import toolgate as featurizer
-    featurizer._encoder.cache_clear()
+    from data_builders.features import minilm
+    loaded = (minilm.sentence_transformer, minilm.onnx_session)
+    for f in loaded:
+        f.cache_clear()
     gates = Gates.load(toolgate=tiny_gates["toolgate"])
-    assert featurizer._encoder.cache_info().currsize == 0      # loading a gate does not load MiniLM
-    assert gates.warmup() is gates and featurizer._encoder.cache_info().currsize == 1
+    assert all(f.cache_info().currsize == 0 for f in loaded)     # loading a gate does not load MiniLM
+    assert gates.warmup() is gates and all(f.cache_info().currsize == 1 for f in loaded)   # model and ONNX graph
     g_step_only = Gates.load(g_step=tiny_gates["g_step"])
-    featurizer._encoder.cache_clear()
+    for f in loaded:
+        f.cache_clear()
     g_step_only.warmup()
-    assert featurizer._encoder.cache_info().currsize == 0      # G-STEP needs no encoder
+    assert all(f.cache_info().currsize == 0 for f in loaded)     # G-STEP needs no encoder
 
 
 def test_a_gate_of_another_policy_is_refused(tiny_gates, tiny_backend):

@@ -1,0 +1,152 @@
+"""``upstream=local``: the endpoint with toolwise's backend in-process, Probe&Prefill on a conversation's first turn.
+
+The tiny random Llama is the policy: its greedy text is gibberish but deterministic, so the endpoint's first turn
+can be compared token for token with toolwise's own agent loop on the same task and probe."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("fastapi")
+from fastapi.testclient import TestClient  # noqa: E402
+
+import recipes  # noqa: E402
+from controllers import LinearProbe, make_contract  # noqa: E402
+from data_builders.agent.loop import Agent, AgentConfig  # noqa: E402
+from data_builders.features import FEATURIZERS  # noqa: E402
+from data_builders.runtime.api import Gates  # noqa: E402
+from data_builders.runtime.controller_hooks import ProbePrefill, prefill_text  # noqa: E402
+from data_builders.runtime.messages import call_format_of, to_openai  # noqa: E402
+from data_builders.runtime.serve import create_app  # noqa: E402
+from data_builders.runtime.serve.__main__ import build  # noqa: E402
+from data_builders.runtime.serve.local import LocalUpstream  # noqa: E402
+from data_builders.tasks.schema import Task  # noqa: E402
+
+MAX_TOKENS = 12
+
+
+def calc_task(tid: str, expr: str) -> Task:
+    return Task.from_dict({
+        "id": tid, "instruction": f"Answer with only the number: {expr}", "difficulty": "easy",
+        "environments": [{"name": "CalculatorEnv", "tools": ["evaluate_expression", "get_last_result",
+                                                              "clear_last_result"], "parameters": {}}],
+        "expected": {"answer": "0"}, "tags": ["calculator"]}, split="test")
+
+
+@pytest.fixture(scope="module")
+def probes(tiny_backend, tmp_path_factory):
+    """Two exported probes on the tiny policy: one that always says "use", one that always says "skip"."""
+    root = tmp_path_factory.mktemp("probes")
+    shape = [tiny_backend.n_layers + 1, tiny_backend.config.hidden_size]
+    out = {}
+    for action, bias in (("use", 20.0), ("skip", -20.0)):
+        probe = LinearProbe(contract=make_contract(FEATURIZERS["probe"].id, tiny_backend.fingerprint, shape))
+        with torch.no_grad():
+            for p in probe.parameters():
+                p.zero_()
+            probe.linear.bias.fill_(bias)
+        probe.save_pretrained(root / action)
+        out[action] = str(root / action)
+    return out
+
+
+def local_client(backend, gates, *overrides, style="hard", on_error="open"):
+    cfg = recipes.compose("serve", ["upstream=local", f"gates.prefill_style={style}",
+                                    f"gates.on_error={on_error}", *overrides])
+    upstream = LocalUpstream(backend, gates=gates, call_format=call_format_of(backend.fingerprint),
+                             max_tokens=MAX_TOKENS, prefill_style=style, on_error=on_error)
+    return TestClient(create_app(cfg, gates, upstream))
+
+
+def loop_first_turn(backend, task, probe_path, style):
+    """The first assistant message toolwise's own loop writes on ``task`` with the probe, and the OpenAI messages
+    and tools that lead to it."""
+    gates = Gates.load(probe_prefill=probe_path)
+    hook = ProbePrefill(gates.probe_prefill, None, style, gates.call_format)
+    agent = Agent(backend, AgentConfig(mode="default", max_rounds=1, max_new_tokens=MAX_TOKENS), hook)
+    traj = agent.run([task])[0]
+    tools = agent._start(task, -1).tools
+    oa = to_openai(traj.messages, traj.turns, call_format=gates.call_format)
+    first = next(i for i, m in enumerate(oa) if m["role"] == "assistant")
+    return oa[:first], tools, oa[first]["content"], gates
+
+
+@pytest.mark.parametrize("action", ["use", "skip"])
+def test_first_turn_equals_the_agent_loops_with_the_probes_prefill(tiny_backend, probes, action):
+    task = calc_task("c1", "17*23")
+    messages, tools, loop_text, gates = loop_first_turn(tiny_backend, task, probes[action], "hard")
+    with local_client(tiny_backend, gates) as client:
+        r = client.post("/v1/chat/completions", json={"model": tiny_backend.model_id, "messages": messages,
+                                                       "tools": tools, "max_tokens": MAX_TOKENS})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    content = body["choices"][0]["message"]["content"]
+    assert content.startswith(prefill_text(action, "hard", gates.call_format))
+    assert content == loop_text                          # same prompt, same prefill, same greedy continuation
+    [d] = body["toolwise"]["decisions"]
+    assert d["gate"] == "probe_prefill" and d["action"] == d["applied"] == action and d["round"] == 0
+    assert d["probability"] == pytest.approx(1.0 if action == "use" else 0.0, abs=1e-6)
+    assert body["usage"]["completion_tokens"] <= MAX_TOKENS and body["usage"]["prompt_tokens"] > 0
+
+
+def test_later_turns_are_not_probed_and_metrics_count_the_probe(tiny_backend, probes):
+    gates = Gates.load(probe_prefill=probes["skip"])
+    msgs = [{"role": "user", "content": "What is 2+2?"}]
+    with local_client(tiny_backend, gates, style="soft") as client:
+        first = client.post("/v1/chat/completions", json={"model": tiny_backend.model_id, "messages": msgs,
+                                                           "logprobs": True})
+        assert first.status_code == 200, first.text
+        turn = first.json()["choices"][0]
+        assert turn["message"]["content"].startswith(prefill_text("skip", "soft"))
+        lps = turn["logprobs"]["content"]
+        assert len(lps) == first.json()["usage"]["completion_tokens"] and all(t["logprob"] <= 0 for t in lps)
+        later = client.post("/v1/chat/completions", json={
+            "model": tiny_backend.model_id,
+            "messages": msgs + [{"role": "assistant", "content": turn["message"]["content"]},
+                                {"role": "user", "content": "Are you sure?"}]})
+        assert later.status_code == 200 and later.json()["toolwise"]["decisions"] == []
+        metrics = client.get("/metrics").text
+    assert 'toolwise_gate_decisions_total{action="skip",gate="probe_prefill"} 1.0' in metrics
+    assert 'toolwise_gate_latency_seconds_count{gate="probe_prefill"} 1.0' in metrics
+
+
+@pytest.mark.parametrize("on_error,prefix", [("open", ""), ("closed", "\\boxed{")])
+def test_a_failing_probe_is_recorded_and_resolved_by_on_error(tiny_backend, probes, on_error, prefix):
+    gates = Gates.load(probe_prefill=probes["use"])
+
+    def broken(*a, **k):
+        raise RuntimeError("probe exploded")
+
+    gates.probe_first_prompt = broken
+    with local_client(tiny_backend, gates, on_error=on_error) as client:
+        r = client.post("/v1/chat/completions", json={"model": tiny_backend.model_id,
+                                                       "messages": [{"role": "user", "content": "1+1?"}]})
+        assert r.status_code == 200, r.text
+        [d] = r.json()["toolwise"]["decisions"]
+        assert d["action"] == "error" and "probe exploded" in d["error"]
+        assert d["applied"] == ("none" if on_error == "open" else "skip")
+        assert r.json()["choices"][0]["message"]["content"].startswith(prefix)
+        assert 'toolwise_gate_errors_total{gate="probe_prefill"} 1.0' in client.get("/metrics").text
+
+
+def test_bad_messages_get_a_400_naming_the_problem(tiny_backend):
+    with local_client(tiny_backend, None) as client:
+        r = client.post("/v1/chat/completions", json={
+            "model": tiny_backend.model_id,
+            "messages": [{"role": "user", "content": "q"}, {"role": "tool", "tool_call_id": "x", "content": "1"}]})
+        assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_messages"
+        assert "answers no pending call" in r.json()["error"]["message"]
+        r = client.post("/v1/chat/completions", json={"model": tiny_backend.model_id, "stop": 5,
+                                                       "messages": [{"role": "user", "content": "q"}]})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "stop"
+        assert client.get("/v1/models").json()["data"][0]["id"] == tiny_backend.model_id
+
+
+def test_config_builds_a_local_upstream_and_refuses_a_probe_over_http(tiny_model_dir, probes):
+    cfg = recipes.compose("serve", ["upstream=local", "model=hf", f"model.name={tiny_model_dir}",
+                                    f"gates.probe_prefill={probes['use']}", "gates.strict=false"])
+    gates, upstream = build(cfg)
+    assert isinstance(upstream, LocalUpstream) and upstream.gates is gates and gates.probe_prefill is not None
+    assert upstream.base_url == f"local:{upstream.backend.fingerprint}"
+    with pytest.raises(ValueError, match="needs upstream=local"):
+        build(recipes.compose("serve", [f"gates.probe_prefill={probes['use']}"]))
