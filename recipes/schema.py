@@ -212,14 +212,21 @@ class LoraConfig:
 
 
 @dataclass
+class SFTDirectRule:                      # data_builders.oracle.sft.DirectRule
+    modes: List[str] = MISSING
+    difficulties: List[str] = MISSING
+    fraction: float = MISSING
+    multi_step: bool = False
+
+
+@dataclass
 class SFTData:
     builtin_per_cell: int = MISSING
     when2tool_path: Optional[str] = MISSING
     when2tool_per_cell: Optional[int] = MISSING
     hops: str = MISSING
     tool_modes: List[str] = MISSING
-    direct_fraction: float = MISSING
-    direct_difficulties: List[str] = MISSING
+    direct: List[SFTDirectRule] = MISSING
     call_format: str = MISSING
     val_fraction: float = MISSING
     max_length: int = MISSING

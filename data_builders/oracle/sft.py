@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import random
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -80,22 +81,59 @@ def _row(task: Task, messages: list[dict], kind: str, mode: str, n_calls: int) -
     }
 
 
+@dataclass(frozen=True)
+class DirectRule:
+    """Which tasks also get a direct ``\\boxed{gold}`` answer (no call), and in which prompt modes: each
+    eligible task (``difficulties``; multi-hop ones only with ``multi_step``) gets one with probability
+    ``fraction``, written in a mode drawn from ``modes``."""
+
+    modes: tuple[str, ...]
+    difficulties: tuple[str, ...] = ("easy",)
+    fraction: float = 1.0
+    multi_step: bool = False
+
+    def eligible(self, task: Task) -> bool:
+        return task.difficulty in self.difficulties and (self.multi_step or not task.multi_step)
+
+
 def build_examples(tasks: Iterable[Task], *, modes: Sequence[str] = ("default",), reasoning: bool = False,
                    call_format: str = "xml", direct_difficulties: Sequence[str] = ("easy",),
                    direct_envs: Sequence[str] | None = None, direct_mode: str | None = None,
-                   direct_fraction: float = 1.0, rng: random.Random | None = None) -> tuple[list[dict], Counter]:
+                   direct_fraction: float = 1.0, rng: random.Random | None = None,
+                   direct_rules: Sequence[DirectRule] | None = None) -> tuple[list[dict], Counter]:
     """Rows for the tasks, plus counts of what was kept and dropped.
 
     Without ``rng`` every task is rendered in every mode and every eligible task gets a direct answer.
     With ``rng`` (a training mixture) each task is rendered in one mode drawn from ``modes``, and an
     eligible task gets a direct answer with probability ``direct_fraction``. Direct answers are written in
     ``direct_mode`` when given (e.g. ``no_tool``), else in the demonstration's mode.
+
+    ``direct_rules`` (with ``rng``; replaces the ``direct_*`` arguments): each rule may give a task a direct
+    answer in one of its modes; the task's tool demonstration is then drawn from the ``modes`` its direct
+    answers do not use, so no prompt is taught two different replies (a task directly answered in ``default``
+    mode is demonstrated with a call in ``force`` mode only).
     """
+    if direct_rules is not None and rng is None:
+        raise ValueError("direct_rules draw a mixture: pass rng")
     rows, counts = [], Counter()
     for task in tasks:
         if task.split != "train":
             raise SplitLeakError(f"task {task.id} is from the {task.split!r} split; SFT data is built from train only")
         run = run_oracle(task)
+        if direct_rules is not None:
+            direct_modes = [rng.choice(list(r.modes)) for r in direct_rules
+                            if r.eligible(task) and rng.random() < r.fraction]
+            free = [m for m in modes if m not in direct_modes]
+            if free:
+                ex = tool_example(run, rng.choice(free), reasoning, call_format)
+                counts["tool" if ex else "dropped_tool"] += 1
+                if ex:
+                    rows.append(ex)
+            for m in dict.fromkeys(direct_modes):      # two rules drawing one mode: one row
+                rows.append(direct_example(task, m, reasoning, call_format))
+                counts["direct"] += 1
+                counts[f"direct_{m}"] += 1
+            continue
         for mode in ([rng.choice(list(modes))] if rng else modes):
             ex = tool_example(run, mode, reasoning, call_format)
             counts["tool" if ex else "dropped_tool"] += 1

@@ -35,7 +35,17 @@ def test_masks_cover_assistant_turns_only(tiny_model_dir, tmp_path):
         assert "<tool_response>" not in learned and "Response policy" not in learned
         assert ("<tool_call>" in learned) == (row["kind"] == "tool")
     assert {"tool", "direct"} <= set(data.train["kind"]) | set(data.val["kind"])
-    assert set(data.train.filter(lambda r: r["kind"] == "direct")["mode"]) == {"no_tool"}
+    # v2 mixture: direct answers where the prompt says no tools (any difficulty) and in default mode (easy only)
+    direct = data.train.filter(lambda r: r["kind"] == "direct")
+    assert set(direct["mode"]) == {"no_tool", "hard_no_tool", "default"}
+    assert set(direct.filter(lambda r: r["mode"] == "default")["difficulty"]) == {"easy"}
+    assert {"medium", "hard"} <= set(direct.filter(lambda r: r["mode"] != "default")["difficulty"])
+    assert set(data.train.filter(lambda r: r["kind"] == "tool")["mode"]) == {"default", "force"}
+    # one prompt, one reply: a task answered directly in default mode is demonstrated with a call in force only
+    default_direct = set(direct.filter(lambda r: r["mode"] == "default")["task_id"])
+    tool_default = set(data.train.filter(lambda r: r["kind"] == "tool" and r["mode"] == "default")["task_id"])
+    assert default_direct and not default_direct & tool_default
+    assert data.stats["train_kind_mode"]["direct:default"] == len(default_direct)
 
 
 def test_a_few_steps_train_the_models_own_adapter_and_write_a_model_card(tiny_model_dir, tmp_path):

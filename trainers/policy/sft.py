@@ -3,9 +3,13 @@
 Why: the bare SmolLM2-135M never calls tools and writes malformed calls when forced, so there is nothing
 for a controller to gate. This recipe teaches the call format and reading results back, on oracle
 trajectories of *train* tasks only (built-in generators, plus When2Tool's train files when a path is
-given). Each task contributes one tool demonstration, rendered in a prompt mode drawn from
-``data.tool_modes``; a seeded ``data.direct_fraction`` of the easy single-hop tasks also contributes a
-direct ``\\boxed{gold}`` answer in ``no_tool`` mode, so the fine-tune keeps following "do not use tools".
+given). The mixture (v2) teaches three things: a call when the prompt forces one or leaves it open (one tool
+demonstration per task, in a mode drawn from ``data.tool_modes``); a direct ``\\boxed{gold}`` answer and never
+a call when the prompt says not to use tools (``data.direct`` rules: a seeded share of every task, in
+``no_tool``/``hard_no_tool``); and a direct answer in ``default`` mode for the easy tasks a small model can learn
+to answer, so a default-mode policy does not call on everything (its tool demonstration then comes in
+``force`` mode: one prompt, one reply). v1 (``checkpoints/tool_sft/2026-11-30_05-03-54``, still loadable by path)
+had only the tool demonstrations and a no_tool answer for half the easy tasks.
 A held-out share of the tasks (``data.val_fraction``, split by task so no task is in both) gives the
 validation loss, the run's objective (the training loss when there is no validation split).
 
@@ -28,7 +32,7 @@ from datasets import Dataset
 from omegaconf import DictConfig
 from trl import SFTConfig, SFTTrainer
 
-from data_builders.oracle.sft import build_examples
+from data_builders.oracle.sft import DirectRule, build_examples
 from trainers.fit import Fitted, RunInfo
 from trainers.policy.common import (adapter_card, export_adapter, load_policy, shared_run, train, train_tasks,
                                     trainer_args)
@@ -52,9 +56,10 @@ def demonstration_rows(d: DictConfig) -> tuple[list[dict], list[dict], Counter]:
     rng.shuffle(order)
     val_ids = {str(tasks[i].id) for i in order[:int(round(d.val_fraction * len(tasks)))]}
     # One pass over all tasks with one rng (mode draws, direct-answer draws), then split rows by task.
-    rows, made = build_examples(tasks, modes=list(d.tool_modes), call_format=d.call_format,
-                                direct_difficulties=list(d.direct_difficulties), direct_mode="no_tool",
-                                direct_fraction=d.direct_fraction, rng=rng)
+    rules = [DirectRule(modes=tuple(r.modes), difficulties=tuple(r.difficulties), fraction=r.fraction,
+                        multi_step=r.multi_step) for r in d.direct]
+    rows, made = build_examples(tasks, modes=list(d.tool_modes), call_format=d.call_format, rng=rng,
+                                direct_rules=rules)
     parts: dict[str, list[dict]] = {"train": [], "val": []}
     for r in rows:
         parts["val" if r["task_id"] in val_ids else "train"].append(r)
@@ -85,6 +90,7 @@ def build_data(recipe: DictConfig, tokenizer) -> SFTData:
         "train_tokens": sum(len(x) for x in train_set["input_ids"]),
         "train_loss_tokens": sum(sum(m) for m in train_set["assistant_masks"]),
         "train_kind": dict(Counter(train_set["kind"])), "train_env": dict(Counter(train_set["env"])),
+        "train_kind_mode": dict(Counter(f"{k}:{m}" for k, m in zip(train_set["kind"], train_set["mode"]))),
     }
     return SFTData(train_set, val_set, stats)
 

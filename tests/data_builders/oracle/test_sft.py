@@ -59,3 +59,31 @@ def test_parquet_round_trip(tmp_path, train_tasks):
     rows, _ = build_examples(train_tasks[:4])
     path = write_parquet(rows, tmp_path / "sft_train.parquet")
     assert pq.read_table(path).to_pylist() == rows
+
+
+def test_direct_rules_draw_a_mixture_without_conflicting_replies():
+    import random
+
+    from data_builders.oracle.sft import DirectRule
+    tasks = load_tasks("builtin", split="train", n_per_cell=2, seed=0)
+    rules = [DirectRule(modes=("no_tool", "hard_no_tool"), difficulties=("easy", "medium", "hard"), fraction=1.0),
+             DirectRule(modes=("default",), difficulties=("easy",), fraction=1.0)]
+    rows, counts = build_examples(tasks, modes=["default", "force"], rng=random.Random(0), direct_rules=rules)
+    by_task: dict = {}
+    for r in rows:
+        by_task.setdefault(r["task_id"], []).append((r["kind"], r["mode"]))
+    for t in tasks:
+        got = by_task[str(t.id)]
+        assert sum(k == "direct" and m in ("no_tool", "hard_no_tool") for k, m in got) == 1   # fraction 1.0
+        if t.difficulty == "easy":
+            assert ("direct", "default") in got and ("tool", "force") in got and ("tool", "default") not in got
+        else:
+            assert ("direct", "default") not in got
+    for r in rows:
+        last = r["messages"][-1]["content"]
+        replies = "".join(m["content"] for m in r["messages"] if m["role"] == "assistant")
+        assert (r["kind"] == "direct") == ("<tool_call>" not in replies)
+        assert last.startswith("\\boxed{")
+    assert counts["direct_default"] == sum(t.difficulty == "easy" for t in tasks)
+    with pytest.raises(ValueError, match="pass rng"):
+        build_examples(tasks[:1], direct_rules=rules)
