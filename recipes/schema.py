@@ -196,6 +196,7 @@ class RayExecutorConfig:
 class CheckpointsConfig:
     """``checkpoints``: the committed reference checkpoints (trained on the embedded policy)."""
     tool_sft: str = MISSING
+    tool_sft_v2: str = MISSING
     probe_prefill: str = MISSING
     toolgate: str = MISSING
     g_step: str = MISSING

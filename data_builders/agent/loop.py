@@ -173,7 +173,9 @@ class Agent:
     def _round(self, active: list[_Episode], step: int) -> None:
         cfg = self.cfg
         params = SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
-                                stop=("</tool_call>",), seed=cfg.seed + step if cfg.temperature > 0 else None)
+                                # constrained: the grammar ends the turn after its call (backends/grammar.py)
+                                stop=() if cfg.constrained_calls else ("</tool_call>",),
+                                seed=cfg.seed + step if cfg.temperature > 0 else None)
         probe_eps, plain_eps, probe_prompts, plain_prompts = [], [], [], []
         for ep in active:
             prompt = self._render(ep)

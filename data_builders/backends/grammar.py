@@ -100,14 +100,17 @@ class CallConstraint:
         # native: the call is the whole message (Llama 3.1's convention), so the turn ends with it; xml: text may
         # follow (the loop stops at </tool_call> anyway) and a later <tool_call> is constrained again.
         alone = self.call_format == "native"
-        free = {"type": "triggered_tags", "triggers": [trigger], "stop_after_first": alone,
+        # The turn ends with its first call, in both formats (the loop makes one call per turn): the grammar, not a
+        # stop string, ends it, since "</tool_call>" may legally occur inside a JSON string argument, where a stop
+        # string would cut the call open (seen on vLLM: an unclosed expression string ending "...}}</tool_call>").
+        free = {"type": "triggered_tags", "triggers": [trigger], "stop_after_first": True,
                 "tags": [tag(fn, begins[fn["name"]]) for fn in self.tools]}
         if not self.opened:
             return {"type": "structural_tag", "format": free}
         n = len(self.opened)
         rest = [tag(fn, begins[fn["name"]][n:]) for fn in self.tools if begins[fn["name"]].startswith(self.opened)]
         first = rest[0] if len(rest) == 1 else {"type": "or", "elements": rest}
-        return {"type": "structural_tag", "format": first if alone else {"type": "sequence", "elements": [first, free]}}
+        return {"type": "structural_tag", "format": first}
 
     def key(self) -> str:
         """The structural tag as canonical JSON: the cache key of its compiled grammar."""

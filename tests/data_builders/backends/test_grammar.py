@@ -59,11 +59,11 @@ def test_open_call_is_continued_and_closed_calls_are_not():
     c = CallConstraint.after([CONVERT, FLAG], "xml", "I will call a tool.\n" + XML_OPEN)
     assert c.opened == XML_OPEN
     fmt = c.structural_tag()["format"]
-    assert fmt["type"] == "sequence"
-    begins = [t["begin"] for t in fmt["elements"][0]["elements"]]
+    assert fmt["type"] == "or"            # the open call is finished and ends the turn (one call per turn)
+    begins = [t["begin"] for t in fmt["elements"]]
     assert begins == ['{"name": "convert", "arguments": ', '{"name": "set_flag", "arguments": ']
     assert CallConstraint.after([CONVERT], "xml", '<tool_call>\n{"name": "conv').structural_tag()["format"][
-        "elements"][0]["begin"] == 'ert", "arguments": '
+        "begin"] == 'ert", "arguments": '
     done = '<tool_call>\n{"name": "convert", "arguments": {}}\n</tool_call>\n'
     assert CallConstraint.after([CONVERT], "xml", done).opened == ""
     assert CallConstraint.after([CONVERT], "xml", "").structural_tag()["format"]["triggers"] == ["<tool_call>"]
