@@ -97,9 +97,6 @@ class CallConstraint:
                                 "max_whitespace_cnt": MAX_WHITESPACE}}
 
         begins = self._begins()
-        # native: the call is the whole message (Llama 3.1's convention), so the turn ends with it; xml: text may
-        # follow (the loop stops at </tool_call> anyway) and a later <tool_call> is constrained again.
-        alone = self.call_format == "native"
         # The turn ends with its first call, in both formats (the loop makes one call per turn): the grammar, not a
         # stop string, ends it, since "</tool_call>" may legally occur inside a JSON string argument, where a stop
         # string would cut the call open (seen on vLLM: an unclosed expression string ending "...}}</tool_call>").
