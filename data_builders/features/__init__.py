@@ -7,8 +7,8 @@ computed by the same function on the same state. One per decision point:
 kind        featurizer                  input at the decision moment
 ==========  ==========================  =====================================================================
 probe       ``last_token_hidden`` v1    hidden states of the first prompt's last token, every layer (When2Tool, arXiv 2605.09252)
-flip        ``toolgate_minilm`` v1      MiniLM embedding of a capped trajectory summary + structural (arXiv 2606.03054)
-commit      ``gstep`` v1                fixed-length vector of trajectory/answer/log-prob statistics (arXiv 2605.00136)
+flip        ``toolgate_minilm`` v2      MiniLM embedding of the pending call and the question + structural (arXiv 2606.03054)
+commit      ``gstep`` v2                fixed-length vector of trajectory/answer/log-prob statistics (arXiv 2605.00136)
 ==========  ==========================  =====================================================================
 """
 from __future__ import annotations

@@ -59,10 +59,12 @@ from ..agent import prompts as P
 from ..agent.hooks import EpisodeView
 from ..agent.parsing import reasoning_present
 from ..agent.trajectory import Call, Turn
-from ..metrics.scoring import BOXED_OPEN, boxed_span, compare_values, extract_boxed, normalize_scalar
+from ..metrics.scoring import BOXED_OPEN, boxed_span, compare_values, extract_boxed, normalize_scalar, parse_number
 
 FEATURIZER_NAME = "gstep"
-FEATURIZER_VERSION = 1
+# v2: numbers are read by scoring's rule (scoring.parse_number: Unicode digits, '1.' not a number), the grammar
+# the answer is judged by; v1 had its own ASCII grammar.
+FEATURIZER_VERSION = 2
 
 DIFFICULTY_VALUES = ("easy", "medium", "hard")
 CATEGORY_VALUES = ("A", "B", "C", "M", "other")
@@ -172,8 +174,6 @@ GSTEP_FEATURES: tuple[str, ...] = tuple(name for name, _ in _SPEC)
 GSTEP_FEATURE_DESCRIPTIONS: dict[str, str] = dict(_SPEC)
 N_FEATURES = len(GSTEP_FEATURES)
 
-_INT_STR = re.compile(r"[+-]?[0-9]+")
-_FLOAT_STR = re.compile(r"[+-]?(?:[0-9]+\.[0-9]*|\.[0-9]+)")
 _THOUSANDS = re.compile(r"[+-]?[0-9]{1,3}(?:,[0-9]{3})+(?:\.[0-9]*)?")
 _INSTRUCTION_NUMBER = re.compile(r"[0-9]+(?:\.[0-9]+)?")
 _ASCII_LETTER = re.compile(r"[A-Za-z]")
@@ -225,15 +225,10 @@ def _to_number(value: Any) -> int | float | None:
     s = value.strip()
     if _THOUSANDS.fullmatch(s):
         s = s.replace(",", "")
-    try:
-        if _INT_STR.fullmatch(s):
-            return int(s)
-        if _FLOAT_STR.fullmatch(s):
-            f = float(s)
-            return f if math.isfinite(f) else None
-    except (ValueError, OverflowError):
+    number = parse_number(s)
+    if isinstance(number, float) and not math.isfinite(number):
         return None
-    return None
+    return number
 
 
 def _as_float(x: int | float) -> float | None:
@@ -530,8 +525,9 @@ def gstep_features(view: EpisodeView, answer_text: str) -> np.ndarray:
     f["form_box_empty"] = _flag(span is not None and not content)
     f["form_answer_chars"] = _log1p(len(answer))
     stripped = answer.strip()
-    f["form_is_numeric"] = _flag(bool(_INT_STR.fullmatch(stripped) or _FLOAT_STR.fullmatch(stripped)))
-    f["form_is_integer"] = _flag(bool(_INT_STR.fullmatch(stripped)))
+    number = parse_number(stripped)
+    f["form_is_numeric"] = _flag(number is not None)
+    f["form_is_integer"] = _flag(isinstance(number, int))
     f["form_n_digits"] = _log1p(sum(ch in "0123456789" for ch in answer))
     f["form_has_decimal_point"] = _flag("." in answer)
     f["form_is_negative"] = _flag(stripped.startswith("-"))

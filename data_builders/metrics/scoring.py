@@ -89,14 +89,24 @@ def _normalise(value: Any) -> Any:
     if isinstance(value, str):
         # The original compares strings inside structures stripped (issue 20 item 2).
         value = value.strip()
-        try:
-            if _INT_STR.fullmatch(value):
-                return int(value)
-            if _FLOAT_STR.fullmatch(value):
-                return float(value)
-        except ValueError:  # int-to-str digit limit: compare as the string it is
-            return value
+        number = parse_number(value)
+        return value if number is None else number
     return value
+
+
+def parse_number(text: str) -> int | float | None:
+    """The original's string-to-number rule (issue 20 items 2-4): an int if ``text`` fully matches
+    ``[+-]?\\d+``, a float if ``[+-]?\\d*\\.\\d+``, else None (so ``'1.'`` and ``'1e3'`` stay strings).
+    No stripping: callers strip where the original does. The one number grammar: G-STEP's answer features
+    read answers through it too (data_builders/features/gstep.py)."""
+    try:
+        if _INT_STR.fullmatch(text):
+            return int(text)
+        if _FLOAT_STR.fullmatch(text):
+            return float(text)
+    except ValueError:  # int-to-str digit limit: not a number we can hold; the caller keeps the string
+        return None
+    return None
 
 
 def _structured(text: str) -> Any:

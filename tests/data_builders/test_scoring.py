@@ -189,6 +189,13 @@ class TestOriginalFidelity:
         assert compare_values("['1.', '0.']", "['1.', '0.']") is True
         assert compare_values("['.5', '-2.25']", "[0.5, -2.25]") is True
 
+    def test_parse_number_is_the_rule_above(self):
+        from data_builders.metrics.scoring import parse_number
+        assert [parse_number(t) for t in ("7", "-7", "+7", ".5", "٣", "1.", "1e3", " 7", "")] == \
+            [7, -7, 7, 0.5, 3, None, None, None, None]     # callers strip; parse_number does not
+        assert parse_number("9" * 5000) is None             # past int()'s digit limit: not a number
+        assert isinstance(parse_number("2.0"), float)
+
     def test_item_05_whitespace_only_box_extracts_empty_string(self):
         assert extract_boxed("\\boxed{ }") == ""
         assert extract_boxed("Answer: \\boxed{   }") == ""

@@ -73,7 +73,7 @@ OK_42 = {"success": True, "result": 42, "expression": "6*7"}
 
 # ------------------------------------------------------------------ contract
 def test_contract_fixed_length_unique_documented_names():
-    assert FEATURIZER_NAME == "gstep" and FEATURIZER_VERSION == 1
+    assert FEATURIZER_NAME == "gstep" and FEATURIZER_VERSION == 2
     assert 80 <= len(GSTEP_FEATURES) <= 130
     assert len(set(GSTEP_FEATURES)) == len(GSTEP_FEATURES)
     assert set(GSTEP_FEATURE_DESCRIPTIONS) == set(GSTEP_FEATURES)
@@ -178,6 +178,20 @@ def test_answer_form_flags(content, expect):
     assert f["form_answer_chars"] == pytest.approx(math.log1p(len(content)))
     assert f["form_n_digits"] == pytest.approx(math.log1p(sum(c.isdigit() for c in content)))
     assert f["form_box_missing"] == 0.0 and f["form_box_empty"] == 0.0
+
+
+@pytest.mark.parametrize("content, numeric, integer", [
+    ("1.", 0, 0),          # scoring keeps '1.' a string (When2Tool's rule), so it is not a number here either
+    (".5", 1, 0),
+    ("\u0663", 1, 1),     # an Arabic-Indic 3 is the int 3 for scoring, and for G-STEP
+    ("1e3", 0, 0),
+])
+def test_answer_numbers_are_read_by_scorings_rule(content, numeric, integer):
+    from data_builders.metrics.scoring import parse_number
+    text = "\\boxed{%s}" % content
+    f = feats(direct_view(text), text)
+    assert (f["form_is_numeric"], f["form_is_integer"]) == (float(numeric), float(integer))
+    assert (parse_number(content) is not None) == bool(numeric)
 
 
 def test_text_level_form_features():
