@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import torch
-from omegaconf import OmegaConf
+import recipes
 
 from data_builders.agent import prompts as P
 from data_builders.features import minilm
@@ -70,7 +70,7 @@ def main() -> None:
         ap.error("--n must be >= 50")
     if args.threads:
         torch.set_num_threads(args.threads)
-    ref = OmegaConf.load(REPO / "recipes/checkpoints/reference.yaml")
+    ref = recipes.compose("rollout").checkpoints
     gates = Gates.load(toolgate=str(REPO / ref.toolgate), g_step=str(REPO / ref.g_step),
                        probe_prefill=str(REPO / ref.probe_prefill), tokenizer=None)
 

@@ -195,7 +195,8 @@ class RayExecutorConfig:
 @dataclass
 class CheckpointsConfig:
     """``checkpoints``: the committed reference checkpoints (trained on the embedded policy)."""
-    tool_sft: str = MISSING
+    tool_sft: str = MISSING                 # the default policy's adapter: one of the releases below
+    tool_sft_v1: str = MISSING
     tool_sft_v2: str = MISSING
     probe_prefill: str = MISSING
     toolgate: str = MISSING

@@ -175,8 +175,10 @@ def test_every_entry_config_defaults_to_the_tool_sft_policy():
 
 def test_committed_checkpoints_are_written_once_and_exist():
     cfg = recipes.compose("evaluate")
-    paths = OmegaConf.to_container(cfg.checkpoints)
+    paths = OmegaConf.to_container(cfg.checkpoints, resolve=True)
     assert set(paths) == {f.name for f in dataclasses.fields(schema.CheckpointsConfig)}
+    # the default policy is one of the versioned tool_sft releases, named by key, not a path written twice
+    assert OmegaConf.to_container(cfg.checkpoints)["tool_sft"] == "${checkpoints.tool_sft_v2}"
     for name, path in paths.items():     # under its recipe's export directory (tool_sft_v2: recipe=tool_sft)
         recipe = re.sub(r"_v\d+$", "", name)
         assert path.startswith(f"checkpoints/{recipe}/") and (REPO / path).is_dir(), path

@@ -278,12 +278,11 @@ def test_a_gate_of_another_policy_is_refused(tiny_gates, tiny_backend):
 # ---------------------------------------------------------------- the embedded policy (slow)
 @pytest.mark.slow
 def test_embedded_policy_loop_and_openai_messages_agree_with_the_committed_gates():
-    from omegaconf import OmegaConf
-
+    import recipes
     from data_builders.backends.loading import load_backend
     from data_builders.tasks import load_tasks
 
-    ref = OmegaConf.load(REPO / "recipes/checkpoints/reference.yaml")
+    ref = recipes.compose("rollout").checkpoints      # composed: tool_sft names a release key
     policy = load_backend("smollm2", adapter=ref.tool_sft)
     gates = Gates.load(toolgate=str(REPO / ref.toolgate), g_step=str(REPO / ref.g_step), policy=policy.fingerprint)
     assert gates.call_format == "xml"
