@@ -77,20 +77,24 @@ def patterns_table(results: dict) -> str | None:
 
 
 def accuracy_plot(results: dict, x_key: str, x_label: str, path: Path) -> Path:
-    """Accuracy against a cost per task: one marker per arm, one line per τ-swept controller family."""
+    """Accuracy against a cost per task: one marker per arm, one line per τ-swept controller family. Every series
+    gets its own colour (tab20: a grid of modes × constrained calls, controllers and policies is 15-20 series,
+    past the default cycle's 10) and the legend sits outside the axes, so no point hides behind it."""
     swept = {name for c in results["curves"].values() for name in c["arms"]}
-    with figure(path, figsize=(6.5, 4.5)) as (fig, ax):
+    colours = iter(plt.get_cmap("tab20").colors * 4)
+    with figure(path, figsize=(8.5, 4.8)) as (fig, ax):
         for name, m in results["arms"].items():
             if name not in swept:
-                ax.scatter(m["all"][x_key], m["all"]["accuracy"], label=name, marker="s" if "@" not in name else "o")
+                marker = "D" if name.endswith("+cc") else "s" if "@" not in name else "o"
+                ax.scatter(m["all"][x_key], m["all"]["accuracy"], label=name, marker=marker, color=next(colours))
         for family, c in results["curves"].items():
             pts = sorted((results["arms"][n]["all"][x_key], results["arms"][n]["all"]["accuracy"]) for n in c["arms"])
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], "-o", label=f"{family} (τ sweep)")
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], "-o", label=f"{family} (τ sweep)", color=next(colours))
         ax.set_xlabel(x_label)
         ax.set_ylabel("accuracy")
         ax.set_title(f"{results['tasks']} {results['split']} tasks · {results['policy'].split('@')[0]}", fontsize=9)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="best")
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return path
 
 
