@@ -34,14 +34,9 @@ def fold_aurocs(cfg, points, x, y, train_idx, test_idx, layers):
         c = new_controller(recipe, points, x_tr, **({} if use is None else {"layers": use}))
         train(c, recipe.train, (x_tr, y_tr), None, cfg.trainer, progress=False)
         out[name] = _auroc(y_te.numpy(), raw_logits(c, x_te).numpy())
-    parts = {"train": (x_tr, y_tr, select(points, train_idx)), "test": (x_te, y_te, select(points, test_idx))}
+    parts = {"train": (x_tr, y_tr, points.select(train_idx)), "test": (x_te, y_te, points.select(test_idx))}
     out["bow"] = bag_of_words(points, parts, None, recipe.baselines.get("bow_C", 1.0))["test"]["auroc"]
     return out
-
-
-def select(points, idx):
-    return type(points)(points.points.select(list(idx)), {k: v[idx] for k, v in points.features.items()},
-                        points.manifest)
 
 
 def main() -> None:

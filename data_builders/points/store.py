@@ -425,9 +425,13 @@ class PointSet:
     def __len__(self) -> int:
         return len(self.points)
 
-    def split(self, name: str) -> "PointSet":
-        idx = [i for i, s in enumerate(self.points["split"]) if s == name]
+    def select(self, idx) -> "PointSet":
+        """The points at row indices ``idx``, features row-aligned."""
+        idx = list(idx)
         return PointSet(self.points.select(idx), {k: v[idx] for k, v in self.features.items()}, self.manifest)
+
+    def split(self, name: str) -> "PointSet":
+        return self.select(i for i, s in enumerate(self.points["split"]) if s == name)
 
     @property
     def labels(self) -> torch.Tensor:

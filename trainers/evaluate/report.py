@@ -81,6 +81,8 @@ def accuracy_plot(results: dict, x_key: str, x_label: str, path: Path) -> Path:
     gets its own colour (tab20: a grid of modes × constrained calls, controllers and policies is 15-20 series,
     past the default cycle's 10) and the legend sits outside the axes, so no point hides behind it."""
     swept = {name for c in results["curves"].values() for name in c["arms"]}
+    # one iterator for both: matplotlib keeps separate colour cycles for scatter and plot, so set_prop_cycle
+    # would give the τ-sweep lines the same colours as the first arms
     colours = iter(plt.get_cmap("tab20").colors * 4)
     with figure(path, figsize=(8.5, 4.8)) as (fig, ax):
         for name, m in results["arms"].items():
