@@ -198,6 +198,7 @@ class CheckpointsConfig:
     tool_sft: str = MISSING                 # the default policy's adapter: one of the releases below
     tool_sft_v1: str = MISSING
     tool_sft_v2: str = MISSING
+    tool_sft_v3: str = MISSING
     probe_prefill: str = MISSING
     toolgate: str = MISSING
     g_step: str = MISSING
@@ -219,6 +220,7 @@ class SFTDirectRule:                      # data_builders.oracle.sft.DirectRule
     difficulties: List[str] = MISSING
     fraction: float = MISSING
     multi_step: bool = False
+    categories: Optional[List[str]] = None   # A B C M; null = every category
 
 
 @dataclass

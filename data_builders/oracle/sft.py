@@ -84,16 +84,19 @@ def _row(task: Task, messages: list[dict], kind: str, mode: str, n_calls: int) -
 @dataclass(frozen=True)
 class DirectRule:
     """Which tasks also get a direct ``\\boxed{gold}`` answer (no call), and in which prompt modes: each
-    eligible task (``difficulties``; multi-hop ones only with ``multi_step``) gets one with probability
-    ``fraction``, written in a mode drawn from ``modes``."""
+    eligible task (``difficulties``; multi-hop ones only with ``multi_step``; of ``categories`` when given,
+    A scale, B knowledge, C execution, M multi-hop) gets one with probability ``fraction``, written in a mode
+    drawn from ``modes``."""
 
     modes: tuple[str, ...]
     difficulties: tuple[str, ...] = ("easy",)
     fraction: float = 1.0
     multi_step: bool = False
+    categories: tuple[str, ...] | None = None
 
     def eligible(self, task: Task) -> bool:
-        return task.difficulty in self.difficulties and (self.multi_step or not task.multi_step)
+        return (task.difficulty in self.difficulties and (self.multi_step or not task.multi_step)
+                and (self.categories is None or task.category in self.categories))
 
 
 def build_examples(tasks: Iterable[Task], *, modes: Sequence[str] = ("default",), reasoning: bool = False,

@@ -23,6 +23,7 @@ RECIPE_DIR = Path(recipes.CONFIG_DIR) / "recipe"
 SWEEP_DIR = Path(recipes.CONFIG_DIR) / "sweep"
 RECIPE_NAMES = sorted(p.stem for p in RECIPE_DIR.glob("*.yaml"))
 SWEEPS = sorted(SWEEP_DIR.glob("*.yaml"))
+EXPERIMENTS = sorted((Path(recipes.CONFIG_DIR) / "experiment").glob("*.yaml"))
 
 
 def test_every_trainer_has_a_recipe_file_and_vice_versa():
@@ -56,6 +57,26 @@ def test_recipe_composes_and_names_its_trainer(name):
         import inspect
 
         assert set(params) <= set(inspect.signature(cls.__init__).parameters), (cls, params)
+
+
+@pytest.mark.parametrize("path", EXPERIMENTS, ids=lambda p: p.stem)
+def test_experiment_composes_onto_a_recipe(path):
+    """An experiment (``+experiment=<name>``: a named release's settings, e.g. tool_sft_v3) is a recipe plus
+    overrides; its second line is the command that runs it, and what it sets lands in the composed config."""
+    package, command = path.read_text().splitlines()[:2]
+    assert package == "# @package _global_" and command == f"# python -m trainers.fit +experiment={path.stem}"
+    cfg = recipes.compose("fit", [f"+experiment={path.stem}", "logger=none"])
+    assert cfg.recipe.name in fit_entry.RECIPES and "model" not in cfg.recipe
+    def lands(set_: object, got: object) -> bool:   # every value the file sets is in the config (schema fills the rest)
+        if isinstance(set_, dict):
+            return all(lands(v, got[k]) for k, v in set_.items())
+        if isinstance(set_, list):
+            return len(set_) == len(got) and all(lands(a, b) for a, b in zip(set_, got))
+        return set_ == got
+
+    spec = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    spec.pop("defaults", None)
+    assert lands(spec, OmegaConf.to_container(cfg, resolve=False))
 
 
 @pytest.mark.parametrize("spec_path", SWEEPS, ids=lambda p: p.stem)

@@ -87,3 +87,32 @@ def test_direct_rules_draw_a_mixture_without_conflicting_replies():
     assert counts["direct_default"] == sum(t.difficulty == "easy" for t in tasks)
     with pytest.raises(ValueError, match="pass rng"):
         build_examples(tasks[:1], direct_rules=rules)
+
+
+def test_direct_rule_categories_limit_which_tasks_it_answers():
+    """v3's rules: knowledge (B) tasks always get a direct answer in no_tool or hard_no_tool mode, multi-hop (M) ones
+    in both modes (two rules), and no other category gets one from these rules."""
+    import random
+
+    from data_builders.oracle.sft import DirectRule
+    tasks = load_tasks("builtin", split="train", n_per_cell=2, seed=0, hops="both")
+    assert {t.category for t in tasks} == {"A", "B", "C", "M"}
+    all_diff = ("easy", "medium", "hard")
+    rules = [DirectRule(modes=("no_tool", "hard_no_tool"), difficulties=all_diff, categories=("B",)),
+             DirectRule(modes=("no_tool",), difficulties=all_diff, multi_step=True, categories=("M",)),
+             DirectRule(modes=("hard_no_tool",), difficulties=all_diff, multi_step=True, categories=("M",))]
+    rows, _ = build_examples(tasks, modes=["default", "force"], rng=random.Random(0), direct_rules=rules)
+    direct: dict = {}
+    for r in rows:
+        if r["kind"] == "direct":
+            direct.setdefault(r["task_id"], set()).add(r["mode"])
+    for t in tasks:
+        got = direct.get(str(t.id), set())
+        if t.category == "B":
+            assert len(got) == 1 and got <= {"no_tool", "hard_no_tool"}
+        elif t.category == "M":
+            assert got == {"no_tool", "hard_no_tool"}
+        else:
+            assert not got
+    # every task keeps its call demonstration (its direct answers never take default or force)
+    assert {r["task_id"] for r in rows if r["kind"] == "tool"} == {str(t.id) for t in tasks}
