@@ -46,6 +46,7 @@ FREE_FORM = ("recipe.points.build", "backend.engine_kwargs", "arms.policies[")
 
 CASES = [(entry, [*BASE.get(entry, []), f"{group}={name}", *NEEDS.get(f"{group}={name}", [])])
          for entry, groups in ENTRY_GROUPS.items() for group in groups for name in options(group)]
+CASES += [("fit", [f"+experiment={p.stem}"]) for p in sorted((ROOT / "experiment").glob("*.yaml"))]
 
 
 def untyped_nodes(cfg: DictConfig | ListConfig, path: str = "") -> list[str]:
@@ -63,8 +64,9 @@ def untyped_nodes(cfg: DictConfig | ListConfig, path: str = "") -> list[str]:
 
 
 def test_every_group_option_is_composed_below():
-    # W&B specs; Hydra's own; `accelerate launch` configs (not Hydra configs)
-    groups = {p.parent.name for p in ROOT.glob("*/*.yaml")} - {"sweep", "hydra", "accelerate"}
+    # W&B specs; Hydra's own; `accelerate launch` configs (not Hydra configs); experiments (global overrides added
+    # with +experiment=, composed below and in tests/trainers/test_recipes.py)
+    groups = {p.parent.name for p in ROOT.glob("*/*.yaml")} - {"sweep", "hydra", "accelerate", "experiment"}
     assert groups == {g for gs in ENTRY_GROUPS.values() for g in gs}
     assert {(None, f"{e}_schema") for e in ENTRY_GROUPS} <= {(g, n) for g, n, _ in schema.SCHEMAS}
 
@@ -178,7 +180,7 @@ def test_committed_checkpoints_are_written_once_and_exist():
     paths = OmegaConf.to_container(cfg.checkpoints, resolve=True)
     assert set(paths) == {f.name for f in dataclasses.fields(schema.CheckpointsConfig)}
     # the default policy is one of the versioned tool_sft releases, named by key, not a path written twice
-    assert OmegaConf.to_container(cfg.checkpoints)["tool_sft"] == "${checkpoints.tool_sft_v2}"
+    assert OmegaConf.to_container(cfg.checkpoints)["tool_sft"] == "${checkpoints.tool_sft_v3}"
     for name, path in paths.items():     # under its recipe's export directory (tool_sft_v2: recipe=tool_sft)
         recipe = re.sub(r"_v\d+$", "", name)
         assert path.startswith(f"checkpoints/{recipe}/") and (REPO / path).is_dir(), path
