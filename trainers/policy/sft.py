@@ -57,7 +57,7 @@ def demonstration_rows(d: DictConfig) -> tuple[list[dict], list[dict], Counter]:
     val_ids = {str(tasks[i].id) for i in order[:int(round(d.val_fraction * len(tasks)))]}
     # One pass over all tasks with one rng (mode draws, direct-answer draws), then split rows by task.
     rules = [DirectRule(modes=tuple(r.modes), difficulties=tuple(r.difficulties), fraction=r.fraction,
-                        multi_step=r.multi_step, categories=tuple(r.categories) if r.get("categories") else None)
+                        multi_step=r.multi_step, categories=tuple(r.categories) if r.categories else None)
              for r in d.direct]
     rows, made = build_examples(tasks, modes=list(d.tool_modes), call_format=d.call_format, rng=rng,
                                 direct_rules=rules)
