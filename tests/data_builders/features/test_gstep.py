@@ -6,6 +6,7 @@ import copy
 import dataclasses
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -412,3 +413,132 @@ def test_reasoning_mode_rejected_answers_and_format_errors():
     assert f["traj_ans_truncated"] == 1.0 and f["traj_is_verification"] == 0.0
     assert f["traj_rounds_since_call"] == 3.0 and f["agree_eq_prev_answer"] == 1.0
     assert feats(direct_view("\\boxed{1}"), "\\boxed{1}")["traj_reasoning_mode"] == 0.0
+
+
+# ------------------------------------------------------------------ golden vectors
+GOLDEN = Path(__file__).with_name("gstep_golden.json")
+
+
+def _golden_cases() -> dict[str, tuple[EpisodeView, str]]:
+    """Fixed episode views, one per branch of the featurizer (agreement kinds, call statuses, answer forms,
+    log-prob scopes, degenerate inputs), whose vectors are pinned in ``gstep_golden.json``."""
+    cases: dict[str, tuple[EpisodeView, str]] = {}
+
+    def add(name, view, answer):
+        cases[name] = (view, answer)
+
+    lps = [-0.1, -2.0, -0.5, -0.01, -1.0, -0.3, -0.7]
+    add("agree", one_call_view(OK_42, "\\boxed{42}", call_lps=[-0.2, -1.5], ans_lps=lps), "\\boxed{42}")
+    add("disagree", one_call_view(OK_42, "x \\boxed{41}", ans_lps=lps[:3]), "x \\boxed{41}")
+    add("float_vs_int", one_call_view(OK_42, "\\boxed{42.0}"), "\\boxed{42.0}")
+    add("string_result", one_call_view({"success": True, "result": "The total is 42 apples"}, "\\boxed{42}"),
+        "\\boxed{42}")
+    add("list_result", one_call_view({"success": True, "result": [[2, 3], [7, 1]]}, "\\boxed{[[2,3],[7,1]]}"),
+        "\\boxed{[[2,3],[7,1]]}")
+    add("data_value", one_call_view({"success": True, "data": {"value": "8,400", "unit": "m"}}, "\\boxed{8400}"),
+        "\\boxed{8400}")
+    add("fallback_key", one_call_view({"success": True, "hash": "abc123"}, "\\boxed{ABC123}"), "\\boxed{ABC123}")
+    add("tool_error", one_call_view({"success": False, "message": "[TOOL_RUNTIME_ERROR] boom"}, "\\boxed{0}"),
+        "\\boxed{0}")
+    add("empty_success", one_call_view({"success": True}, "\\boxed{1}"), "\\boxed{1}")
+    huge = 10 ** 400
+    add("beyond_float", one_call_view({"success": True, "result": huge}, "\\boxed{%d}" % (huge + 1)),
+        "\\boxed{%d}" % (huge + 1))
+    add("near_zero", one_call_view({"success": True, "result": 0}, "\\boxed{0.0001}"), "\\boxed{0.0001}")
+
+    skipped = one_call_view(dict(P.SKIPPED_CALL_RESULT), "\\boxed{42}")
+    skipped.calls[-1] = make_call(0, args={"expression": "6*7"}, status="skipped",
+                                  result=dict(P.SKIPPED_CALL_RESULT), error_kind="skipped")
+    add("skipped", skipped, "\\boxed{42}")
+    rejected = one_call_view(OK_42, "\\boxed{42}")
+    rejected.calls.append(make_call(1, args={"expression": "6*7"}, status="rejected"))
+    add("rejected_after_executed", rejected, "\\boxed{42}")
+    two = one_call_view({"success": True, "result": 43, "expression": "6*7+1"}, "\\boxed{42}",
+                        call_lps=[-0.3], ans_lps=[-0.4, -0.6])
+    two.calls.insert(0, executed(0, "6*7", OK_42))
+    two.calls.insert(0, executed(0, "6*7", OK_42))
+    add("repeats_two_results", two, "\\boxed{42}")
+
+    for i, content in enumerate(("-3.5", "[1, 2, 3]", "(1,", "8,400", "Monday", "True", "\\frac{1}{2}", "\u0663",
+                                 "1.", "")):
+        text = "\\boxed{%s}" % content
+        add(f"form_{i}", direct_view(text), text)
+    multi = "Six times seven is forty-two, so \\boxed{42}. Also \\boxed{43}"
+    add("two_boxes", direct_view(multi, lps=[-0.05 * (i + 1) for i in range(20)]), multi)
+    add("no_box", direct_view("forty-two"), "forty-two")
+    add("from_instruction", direct_view("\\boxed{7}"), "\\boxed{7}")
+    box = "ok \\boxed{42}"
+    add("box_tokens", direct_view(box, lps=[-0.01 * (i + 1) for i in range(len(box))]), box)
+    prefill = "I will answer directly. "
+    pre = direct_view(prefill + box, lps=[-0.02 * (i + 1) for i in range(len(box))])
+    pre.turns[0].prefill_text = prefill
+    add("prefilled", pre, prefill + box)
+    add("extreme_lps", direct_view("\\boxed{1}", lps=[float("-inf"), float("nan"), -1e9, 0.0]), "\\boxed{1}")
+    add("only_call_lps", one_call_view(OK_42, "\\boxed{42}", call_lps=[-0.5, -0.7]), "\\boxed{42}")
+    add("empty_view", EpisodeView(calc_task(), [], [], [], 0, "weird-mode"), "")
+    add("metadata", direct_view("\\boxed{1}", task=calc_task(difficulty="hard", multi_step=True, steps=["a", "b"])),
+        "\\boxed{1}")
+
+    for mode, category, difficulty in (("necessary", "B", "medium"), ("no_tool", "C", "hard"),
+                                       ("hard_no_tool", "Q", "unknown")):
+        other = dataclasses.replace(calc_task(), difficulty=difficulty, category=category,
+                                    instruction="Add 2.5, 1,000 and 17 to the 3 numbers of doc 12.")
+        view = one_call_view(OK_42, "\\boxed{2.5}", task=other, mode=mode)
+        view.calls[-1] = make_call(0, args={"expression": "6*7"}, status="rejected")
+        add(f"mode_{mode}", view, "\\boxed{2.5}")
+
+    verify = one_call_view(OK_42, "\\boxed{42}")
+    verify.messages += [{"role": "assistant", "content": "\\boxed{42}"}, {"role": "user", "content": P.VERIFY_PROMPT}]
+    verify.turns.append(turn(2, "\\boxed{42}", "answer", [-0.1]))
+    verify.round = 2
+    add("verification", verify, "\\boxed{42}")
+    task = calc_task()
+    messages = P.initial_messages(task.instruction, task.env.name, "sparse", True, "xml")
+    messages += [{"role": "assistant", "content": "hmm"}, {"role": "user", "content": P.continue_prompt("sparse", True)},
+                 {"role": "assistant", "content": "\\boxed{42}"}, {"role": "user", "content": P.MISSING_REASONING_ANSWER}]
+    turns = [turn(0, "hmm", "content"), turn(1, "\\boxed{42}", "answer"),
+             turn(2, "Six times seven makes forty-two. \\boxed{42}", "answer", finish_reason="length")]
+    add("reasoning_rejections", EpisodeView(task, messages, turns, [], 2, "sparse_tool"), turns[-1].text)
+
+    # Views the real loop hands the on_answer hook (scripted backend with log-probs, one continue).
+    hooks = _Capture()
+    script = [CALL_TEXT % "6*7", "\\boxed{41}", CALL_TEXT % "6*7+0", "\\boxed{42}"]
+    Agent(_Scripted(script), AgentConfig(mode="force", max_continues=2), hooks).run([calc_task()])
+    for i, (view, answer) in enumerate(hooks.views):
+        add(f"loop_{i}", view, answer)
+    return cases
+
+
+class _Capture(Hooks):
+    """Keeps a copy of every view ``on_answer`` gets; says continue once, then commit."""
+
+    def __init__(self):
+        self.views, self.decision = [], "continue"
+
+    def on_answer(self, episode, answer_text):
+        self.views.append((copy.deepcopy(episode), answer_text))
+        decision, self.decision = self.decision, "commit"
+        return decision
+
+
+def _golden_vectors() -> dict[str, list[float]]:
+    return {name: gstep_features(view, answer).tolist() for name, (view, answer) in _golden_cases().items()}
+
+
+def test_vectors_of_fixed_episodes_are_pinned():
+    """The featurizer's output on fixed views, bit for bit: a refactor must not move any feature (a change that
+    does is a new FEATURIZER_VERSION, with this file regenerated by ``python -m`` on this module)."""
+    want = json.loads(GOLDEN.read_text())
+    got = _golden_vectors()
+    assert sorted(got) == sorted(want["vectors"])
+    assert want["features"] == list(GSTEP_FEATURES) and want["version"] == FEATURIZER_VERSION
+    for name, vec in got.items():
+        a, b = np.asarray(vec, np.float32), np.asarray(want["vectors"][name], np.float32)
+        moved = [GSTEP_FEATURES[i] for i in np.flatnonzero(a.view(np.uint32) != b.view(np.uint32))]
+        assert not moved, f"{name}: {moved}"
+
+
+if __name__ == "__main__":
+    rows = ",\n".join(f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in _golden_vectors().items())
+    GOLDEN.write_text(f'{{"version": {FEATURIZER_VERSION},\n "features": {json.dumps(list(GSTEP_FEATURES))},\n'
+                      f' "vectors": {{\n{rows}\n}}}}\n')
