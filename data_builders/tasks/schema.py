@@ -112,6 +112,12 @@ class Task:
             tools = e.get("tools")
             if not isinstance(tools, list) or not all(isinstance(t, str) for t in tools):
                 raise TaskFormatError(source, where, f + ".tools", "expected a list of tool names")
+            # The environment would refuse them when the episode starts, mid-run, naming neither file nor record.
+            known = [s["name"] for s in ENVIRONMENTS[e["name"]].schemas()]
+            unknown = [t for t in tools if t not in known]
+            if unknown:
+                raise TaskFormatError(source, where, f + ".tools",
+                                      f"unknown tools {unknown} for {e['name']}; known: {', '.join(sorted(known))}")
             params = e.get("parameters", {})
             if not isinstance(params, dict):
                 raise TaskFormatError(source, where, f + ".parameters", "expected an object")

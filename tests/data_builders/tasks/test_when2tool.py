@@ -147,6 +147,21 @@ def test_unknown_environment_is_refused_at_load_naming_file_record_and_field(tmp
     assert "'CalculaterEnv'" in e.problem and "CalculatorEnv" in e.problem and "HashEnv" in e.problem
 
 
+def test_unknown_tool_is_refused_at_load_naming_file_record_and_field(tmp_path):
+    # accepted before, the episode's environment refused it mid-rollout, naming neither file nor record
+    rogue = json.loads(json.dumps(CALC)) | {"id": 11002}
+    rogue["environments"][0]["tools"] = ["evaluate_expression", "launch_missiles"]
+    _write_dir(tmp_path, single=(CALC, rogue))
+    with pytest.raises(TaskFormatError) as err:
+        load_tasks("when2tool", split="train", path=str(tmp_path))
+    e = err.value
+    assert (e.source, e.record, e.field_name) == (str(tmp_path / "tasks_v1_train.json"), 11002, "environments[0].tools")
+    assert "'launch_missiles'" in e.problem and "CalculatorEnv" in e.problem and "evaluate_expression" in e.problem
+    # the hub's flat rows go through the same check
+    with pytest.raises(TaskFormatError, match=r"record 11002: field 'environments\[0\]\.tools': unknown tools"):
+        w2t.tasks_from_rows([_flat(CALC), _flat(rogue)], source="hub", split="train")
+
+
 def test_duplicate_task_id_in_one_file_is_refused(tmp_path):
     twin = json.loads(json.dumps(CALC)) | {"instruction": "Answer with only the number: 3+3"}
     _write_dir(tmp_path, single=(CALC, twin))
