@@ -51,6 +51,7 @@ import ast
 import json
 import math
 import re
+from dataclasses import dataclass
 from typing import Any, Iterable
 
 import numpy as np
@@ -60,6 +61,7 @@ from ..agent.hooks import EpisodeView
 from ..agent.parsing import reasoning_present
 from ..agent.trajectory import Call, Turn
 from ..metrics.scoring import BOXED_OPEN, boxed_span, compare_values, extract_boxed, normalize_scalar, parse_number
+from ..tasks.schema import Task
 
 FEATURIZER_NAME = "gstep"
 # v2: numbers are read by scoring's rule (scoring.parse_number: Unicode digits, '1.' not a number), the grammar
@@ -386,83 +388,135 @@ def _onehot(prefix: str, values: Iterable[str], value: str, other: str | None = 
 
 
 # ------------------------------------------------------------------ the featurizer
-def gstep_features(view: EpisodeView, answer_text: str) -> np.ndarray:
-    """The G-STEP gate input for the answer ``answer_text`` given in ``view`` (see the module doc).
+@dataclass(frozen=True)
+class _Episode:
+    """The parts of the view every feature group reads, read once: lists as lists (a view may hold None),
+    a non-string answer as "", the prompt mode canonical ("" when unknown, so its one-hot is all zeros)."""
 
-    Returns float32 of shape ``(len(GSTEP_FEATURES),)``, all finite, in :data:`GSTEP_FEATURES` order.
-    """
-    text = answer_text if isinstance(answer_text, str) else ""
-    task = view.task
+    task: Task
+    text: str                     # the answering turn's text
+    answer: str                   # its boxed answer, exactly what scoring compares with the gold
+    turns: list[Turn]
+    calls: list[Call]
+    messages: list
+    round: int
+    mode: str
+    executed: list[Call]
+    errors: list[Call]            # the executed calls that failed
+    error_ids: frozenset[int]     # their id()s
+    instruction: str
+    instruction_numbers: list[int | float]
+
+    @property
+    def answer_turn(self) -> Turn | None:
+        return self.turns[-1] if self.turns else None
+
+    @property
+    def last_call(self) -> Call | None:
+        return self.calls[-1] if self.calls else None
+
+    @property
+    def user_texts(self) -> list:
+        return [m.get("content") for m in self.messages if isinstance(m, dict) and m.get("role") == "user"]
+
+
+def _episode(view: EpisodeView, answer_text: str) -> _Episode:
     turns = list(view.turns or [])
     calls = list(view.calls or [])
-    messages = list(view.messages or [])
-    f: dict[str, float] = {}
-
-    # ---- 1. trajectory
     executed = [c for c in calls if c.status == "executed"]
-    skipped = [c for c in calls if c.status == "skipped"]
-    rejected = [c for c in calls if c.status == "rejected"]
     errors = [c for c in executed if c.ok is False
               or (isinstance(c.result, dict) and c.result.get("success") is False)]
-    error_ids = {id(c) for c in errors}
+    try:
+        mode = P.canonical_mode(view.mode)
+    except Exception:  # noqa: BLE001 - unknown mode: all zeros
+        mode = ""
+    text = answer_text if isinstance(answer_text, str) else ""
+    instruction = view.task.instruction if isinstance(view.task.instruction, str) else ""
+    return _Episode(task=view.task, text=text, answer=extract_boxed(text), turns=turns, calls=calls,
+                    messages=list(view.messages or []),
+                    round=int(view.round) if isinstance(view.round, int) else len(turns) - 1, mode=mode,
+                    executed=executed, errors=errors,
+                    error_ids=frozenset(map(id, errors)), instruction=instruction,
+                    instruction_numbers=_instruction_numbers(instruction))
+
+
+def _call_features(ep: _Episode) -> dict[str, float]:
+    """Calls by status, tool errors, distinct tools, repeats, and where the last call stands."""
+    calls, executed, last_call = ep.calls, ep.executed, ep.last_call
     seen, repeats = set(), 0
     for c in calls:
         sig = _signature(c)
         repeats += sig in seen
         seen.add(sig)
-    answer_turn = turns[-1] if turns else None
-    prev_turns = turns[:-1]
-    user_texts = [m.get("content") for m in messages if isinstance(m, dict) and m.get("role") == "user"]
-    round_ = int(view.round) if isinstance(view.round, int) else len(turns) - 1
-    last_call = calls[-1] if calls else None
-    last_msg = messages[-1] if messages else None
-    try:
-        mode = P.canonical_mode(view.mode)
-    except Exception:  # noqa: BLE001 - unknown mode: all zeros
-        mode = ""
-    last_ctx = 0
-    if answer_turn is not None:
-        last_ctx = answer_turn.context_len + answer_turn.decode_tokens
+    after_tool = _is_tool_response(ep.messages[-1] if ep.messages else None)
+    since = ep.round - last_call.round if last_call is not None else ep.round + 1
+    return {
+        "traj_calls_executed": _log1p(len(executed)),
+        "traj_calls_skipped": _log1p(sum(c.status == "skipped" for c in calls)),
+        "traj_calls_rejected": _log1p(sum(c.status == "rejected" for c in calls)),
+        "traj_tool_errors": _log1p(len(ep.errors)),
+        "traj_tool_error_frac": len(ep.errors) / len(executed) if executed else 0.0,
+        "traj_distinct_tools": _log1p(len({c.name for c in executed})),
+        "traj_repeated_calls": _log1p(repeats),
+        "traj_after_tool_result": _flag(after_tool),
+        "traj_after_executed_call": _flag(after_tool and last_call is not None and last_call.status == "executed"),
+        "traj_rounds_since_call": float(min(max(since, 0), 64)),
+        "traj_has_calls": _flag(calls),
+    }
 
-    f["traj_round"] = float(min(max(round_, 0), 1024))
-    f["traj_n_turns"] = float(min(len(turns), 1024))
-    f["traj_calls_executed"] = _log1p(len(executed))
-    f["traj_calls_skipped"] = _log1p(len(skipped))
-    f["traj_calls_rejected"] = _log1p(len(rejected))
-    f["traj_tool_errors"] = _log1p(len(errors))
-    f["traj_tool_error_frac"] = len(errors) / len(executed) if executed else 0.0
-    f["traj_distinct_tools"] = _log1p(len({c.name for c in executed}))
-    f["traj_repeated_calls"] = _log1p(repeats)
-    f["traj_format_error_turns"] = _log1p(sum(t.kind == "content" for t in turns))
-    f["traj_rejected_answers"] = _log1p(sum(u in _ANSWER_REJECTIONS for u in user_texts))
-    f["traj_prev_answer_turns"] = _log1p(sum(t.kind == "answer" for t in prev_turns))
-    f["traj_is_verification"] = _flag(any(u == P.VERIFY_PROMPT for u in user_texts))
-    f["traj_after_tool_result"] = _flag(_is_tool_response(last_msg))
-    f["traj_after_executed_call"] = _flag(_is_tool_response(last_msg) and last_call is not None
-                                          and last_call.status == "executed")
-    since = round_ - last_call.round if last_call is not None else round_ + 1
-    f["traj_rounds_since_call"] = float(min(max(since, 0), 64))
-    f["traj_has_calls"] = _flag(calls)
-    f["traj_decode_tokens"] = _log1p(sum(t.decode_tokens for t in turns))
-    f["traj_prefill_tokens"] = _log1p(sum(t.prefill_tokens for t in turns))
-    f["traj_new_tokens"] = _log1p(sum(t.new_tokens or 0 for t in turns))
-    f["traj_context_len"] = _log1p(last_ctx)
-    f["traj_ans_decode_tokens"] = _log1p(answer_turn.decode_tokens if answer_turn else 0)
-    f["traj_ans_truncated"] = _flag(answer_turn is not None and answer_turn.finish_reason == "length")
-    f["traj_prefilled"] = _flag(turns and turns[0].round == 0 and bool(turns[0].prefill_text))
-    f["traj_reasoning_mode"] = _flag(any(isinstance(u, str) and P.REASONING_LINE in u for u in user_texts[:1]))
-    f.update(_onehot("traj_mode_", P.MODES, mode))
-    f.update(_onehot("traj_difficulty_", DIFFICULTY_VALUES, task.difficulty))
-    f.update(_onehot("traj_category_", CATEGORY_VALUES, task.category, other="other"))
-    f["traj_multi_step"] = _flag(task.multi_step)
-    # The gold step count (task.expected["steps"]) is part of the answer key: deliberately not a feature.
-    instruction = task.instruction if isinstance(task.instruction, str) else ""
-    instr_numbers = _instruction_numbers(instruction)
-    f["traj_instruction_chars"] = _log1p(len(instruction))
-    f["traj_instruction_numbers"] = _log1p(len(instr_numbers))
 
-    # ---- 2. agreement
-    answer = extract_boxed(text)            # exactly what scoring compares with the gold
+def _turn_features(ep: _Episode) -> dict[str, float]:
+    """Rounds and turns, earlier answers and verification, token totals, and how the episode was prompted."""
+    turns, answer_turn, user_texts = ep.turns, ep.answer_turn, ep.user_texts
+    last_ctx = answer_turn.context_len + answer_turn.decode_tokens if answer_turn is not None else 0
+    return {
+        "traj_round": float(min(max(ep.round, 0), 1024)),
+        "traj_n_turns": float(min(len(turns), 1024)),
+        "traj_format_error_turns": _log1p(sum(t.kind == "content" for t in turns)),
+        "traj_rejected_answers": _log1p(sum(u in _ANSWER_REJECTIONS for u in user_texts)),
+        "traj_prev_answer_turns": _log1p(sum(t.kind == "answer" for t in turns[:-1])),
+        "traj_is_verification": _flag(any(u == P.VERIFY_PROMPT for u in user_texts)),
+        "traj_decode_tokens": _log1p(sum(t.decode_tokens for t in turns)),
+        "traj_prefill_tokens": _log1p(sum(t.prefill_tokens for t in turns)),
+        "traj_new_tokens": _log1p(sum(t.new_tokens or 0 for t in turns)),
+        "traj_context_len": _log1p(last_ctx),
+        "traj_ans_decode_tokens": _log1p(answer_turn.decode_tokens if answer_turn else 0),
+        "traj_ans_truncated": _flag(answer_turn is not None and answer_turn.finish_reason == "length"),
+        "traj_prefilled": _flag(turns and turns[0].round == 0 and bool(turns[0].prefill_text)),
+        "traj_reasoning_mode": _flag(any(isinstance(u, str) and P.REASONING_LINE in u for u in user_texts[:1])),
+    }
+
+
+def _task_features(ep: _Episode) -> dict[str, float]:
+    """Prompt mode and the task's metadata. The gold step count (``task.expected["steps"]``) is part of the
+    answer key: deliberately not a feature."""
+    task = ep.task
+    return {
+        **_onehot("traj_mode_", P.MODES, ep.mode),
+        **_onehot("traj_difficulty_", DIFFICULTY_VALUES, task.difficulty),
+        **_onehot("traj_category_", CATEGORY_VALUES, task.category, other="other"),
+        "traj_multi_step": _flag(task.multi_step),
+        "traj_instruction_chars": _log1p(len(ep.instruction)),
+        "traj_instruction_numbers": _log1p(len(ep.instruction_numbers)),
+    }
+
+
+def _numeric_distance(answer: int | float, result: int | float) -> tuple[float, float, bool]:
+    """(relative difference, log1p absolute difference, exactly equal) of two numbers, unclipped."""
+    if answer == result:
+        return 0.0, 0.0, True
+    a, r = _as_float(answer), _as_float(result)
+    if a is None or r is None:
+        return 2.0, 50.0, False            # beyond float range and unequal: maximally far
+    diff = abs(a - r)
+    denom = max(abs(a), abs(r))
+    rel = diff / denom if denom > 0 and math.isfinite(diff) else (0.0 if diff == 0 else 2.0)
+    return rel, math.log1p(diff) if math.isfinite(diff) else 50.0, False
+
+
+def _agreement_features(ep: _Episode) -> dict[str, float]:
+    """The boxed answer against the executed calls' values, the instruction's numbers and earlier answers."""
+    answer, executed, last_call = ep.answer, ep.executed, ep.last_call
     norm_answer = normalize_scalar(answer) if answer else ""
     answer_num = _to_number(answer)
     primaries = [_primary_value(c.result) for c in executed]
@@ -475,96 +529,93 @@ def gstep_features(view: EpisodeView, answer_text: str) -> np.ndarray:
     leaves_all: list = []
     for c in executed:
         _leaves(c.result, leaves_all, MAX_LEAVES)
-    last_numeric = None
-    for v in reversed(with_value):
-        last_numeric = _to_number(v)
-        if last_numeric is not None:
-            break
-
-    f["agree_has_result"] = _flag(with_value)
-    f["agree_eq_last_result"] = _flag(last_primary is not _NO_VALUE and _equal(answer, last_primary))
-    f["agree_eq_any_result"] = _flag(any(_equal(answer, v) for v in with_value))
-    f["agree_eq_any_leaf"] = _flag(any(_equal(answer, v) for v in leaves_all))
-    f["agree_substr_last_result"] = _flag(any(_substr(norm_answer, v) for v in leaves_last))
-    f["agree_substr_any_result"] = _flag(any(_substr(norm_answer, v) for v in leaves_all))
-    f["agree_n_distinct_results"] = _log1p(len({_value_text(v) for v in with_value} - {None}))
-    rel, logabs, exact = 0.0, 0.0, False
+    last_numeric = next((n for n in map(_to_number, reversed(with_value)) if n is not None), None)
     has_numeric = answer_num is not None and last_numeric is not None
-    if has_numeric:
-        exact = answer_num == last_numeric
-        a, r = _as_float(answer_num), _as_float(last_numeric)
-        if exact:
-            rel, logabs = 0.0, 0.0
-        elif a is None or r is None:
-            rel, logabs = 2.0, 50.0            # beyond float range and unequal: maximally far
-        else:
-            diff = abs(a - r)
-            denom = max(abs(a), abs(r))
-            rel = diff / denom if denom > 0 and math.isfinite(diff) else (0.0 if diff == 0 else 2.0)
-            logabs = math.log1p(diff) if math.isfinite(diff) else 50.0
-    f["agree_has_numeric"] = _flag(has_numeric)
-    f["agree_num_rel_diff"] = float(min(max(rel, 0.0), 2.0))
-    f["agree_num_log_abs_diff"] = float(min(max(logabs, 0.0), 50.0))
-    f["agree_num_exact"] = _flag(has_numeric and exact)
-    f["agree_num_close"] = _flag(has_numeric and rel < 1e-3)
-    f["agree_last_call_errored"] = _flag(last_call is not None and last_call.status == "executed"
-                                         and id(last_call) in error_ids)
-    f["agree_last_call_skipped"] = _flag(last_call is not None and last_call.status == "skipped")
-    f["agree_last_call_rejected"] = _flag(last_call is not None and last_call.status == "rejected")
-    f["agree_last_result_no_value"] = _flag(last_exec is not None and id(last_exec) not in error_ids
-                                            and last_primary is _NO_VALUE)
-    f["agree_num_in_instruction"] = _flag(answer_num is not None and any(answer_num == v for v in instr_numbers))
-    prev_answers = [extract_boxed(t.text or "") for t in prev_turns if t.kind == "answer"]
-    f["agree_eq_prev_answer"] = _flag(answer and any(p and compare_values(answer, p) for p in prev_answers))
+    rel, logabs, exact = _numeric_distance(answer_num, last_numeric) if has_numeric else (0.0, 0.0, False)
+    prev_answers = [extract_boxed(t.text or "") for t in ep.turns[:-1] if t.kind == "answer"]
+    return {
+        "agree_has_result": _flag(with_value),
+        "agree_eq_last_result": _flag(last_primary is not _NO_VALUE and _equal(answer, last_primary)),
+        "agree_eq_any_result": _flag(any(_equal(answer, v) for v in with_value)),
+        "agree_eq_any_leaf": _flag(any(_equal(answer, v) for v in leaves_all)),
+        "agree_substr_last_result": _flag(any(_substr(norm_answer, v) for v in leaves_last)),
+        "agree_substr_any_result": _flag(any(_substr(norm_answer, v) for v in leaves_all)),
+        "agree_n_distinct_results": _log1p(len({_value_text(v) for v in with_value} - {None})),
+        "agree_has_numeric": _flag(has_numeric),
+        "agree_num_rel_diff": float(min(max(rel, 0.0), 2.0)),
+        "agree_num_log_abs_diff": float(min(max(logabs, 0.0), 50.0)),
+        "agree_num_exact": _flag(has_numeric and exact),
+        "agree_num_close": _flag(has_numeric and rel < 1e-3),
+        "agree_last_call_errored": _flag(last_call is not None and last_call.status == "executed"
+                                         and id(last_call) in ep.error_ids),
+        "agree_last_call_skipped": _flag(last_call is not None and last_call.status == "skipped"),
+        "agree_last_call_rejected": _flag(last_call is not None and last_call.status == "rejected"),
+        "agree_last_result_no_value": _flag(last_exec is not None and id(last_exec) not in ep.error_ids
+                                            and last_primary is _NO_VALUE),
+        "agree_num_in_instruction": _flag(answer_num is not None
+                                          and any(answer_num == v for v in ep.instruction_numbers)),
+        "agree_eq_prev_answer": _flag(answer and any(p and compare_values(answer, p) for p in prev_answers)),
+    }
 
-    # ---- 3. answer form
+
+def _is_list_literal(s: str) -> bool:
+    if not s or s[0] not in "[(":
+        return False
+    try:
+        return isinstance(ast.literal_eval(s), (list, tuple))
+    except Exception:  # noqa: BLE001 - untrusted model output
+        return False
+
+
+def _form_features(text: str, answer: str) -> dict[str, float]:
+    """The boxed answer's form and the answering text around it."""
     span = _box_span(text)
     content = text[span[0]:span[1]].strip() if span else ""
-    boxes = _all_box_contents(text)
-    f["form_box_missing"] = _flag(span is None)
-    f["form_box_empty"] = _flag(span is not None and not content)
-    f["form_answer_chars"] = _log1p(len(answer))
     stripped = answer.strip()
     number = parse_number(stripped)
-    f["form_is_numeric"] = _flag(number is not None)
-    f["form_is_integer"] = _flag(isinstance(number, int))
-    f["form_n_digits"] = _log1p(sum(ch in "0123456789" for ch in answer))
-    f["form_has_decimal_point"] = _flag("." in answer)
-    f["form_is_negative"] = _flag(stripped.startswith("-"))
-    f["form_has_letters"] = _flag(_ASCII_LETTER.search(answer))
-    f["form_has_comma"] = _flag("," in answer)
-    is_list = False
-    if stripped[:1] in "[(" and stripped:
-        try:
-            is_list = isinstance(ast.literal_eval(stripped), (list, tuple))
-        except Exception:  # noqa: BLE001 - untrusted model output
-            is_list = False
-    f["form_is_list"] = _flag(is_list)
-    f["form_is_bool_like"] = _flag(stripped.lower() in _BOOL_WORDS)
-    f["form_has_latex"] = _flag("\\" in answer)
-    f["form_n_boxed"] = _log1p(text.count(BOXED_OPEN))
-    f["form_boxes_disagree"] = _flag(len(set(boxes)) > 1)
-    f["form_text_chars"] = _log1p(len(text))
-    f["form_reasoning_present"] = _flag(reasoning_present(text, kind="answer"))
-    f["form_after_box_chars"] = _log1p(len(text) - span[1] - 1 if span and span[1] < len(text) else 0)
+    return {
+        "form_box_missing": _flag(span is None),
+        "form_box_empty": _flag(span is not None and not content),
+        "form_answer_chars": _log1p(len(answer)),
+        "form_is_numeric": _flag(number is not None),
+        "form_is_integer": _flag(isinstance(number, int)),
+        "form_n_digits": _log1p(sum(ch in "0123456789" for ch in answer)),
+        "form_has_decimal_point": _flag("." in answer),
+        "form_is_negative": _flag(stripped.startswith("-")),
+        "form_has_letters": _flag(_ASCII_LETTER.search(answer)),
+        "form_has_comma": _flag("," in answer),
+        "form_is_list": _flag(_is_list_literal(stripped)),
+        "form_is_bool_like": _flag(stripped.lower() in _BOOL_WORDS),
+        "form_has_latex": _flag("\\" in answer),
+        "form_n_boxed": _log1p(text.count(BOXED_OPEN)),
+        "form_boxes_disagree": _flag(len(set(_all_box_contents(text))) > 1),
+        "form_text_chars": _log1p(len(text)),
+        "form_reasoning_present": _flag(reasoning_present(text, kind="answer")),
+        "form_after_box_chars": _log1p(len(text) - span[1] - 1 if span and span[1] < len(text) else 0),
+    }
 
-    # ---- 4. log-probs
+
+def _logprob_features(turns: list[Turn], answer_turn: Turn | None) -> dict[str, float]:
+    """Log-prob statistics of the answering turn, of every turn so far and of the box tokens."""
     ans_lps = _lp_list(answer_turn)
-    all_lps: list[float] = []
-    any_lp = False
-    for t in turns:
-        lp = _lp_list(t)
-        if lp is not None:
-            any_lp = True
-            all_lps.extend(lp)
+    per_turn = [lp for lp in map(_lp_list, turns) if lp is not None]
+    all_lps = [x for lp in per_turn for x in lp]
     box_lps = _box_tokens(answer_turn, ans_lps) if answer_turn is not None and ans_lps else None
-    f["lp_ans_has"] = _flag(ans_lps is not None)
-    f["lp_all_has"] = _flag(any_lp)
-    f["lp_box_located"] = _flag(bool(box_lps))
+    f = {"lp_ans_has": _flag(ans_lps is not None), "lp_all_has": _flag(per_turn),
+         "lp_box_located": _flag(bool(box_lps))}
     for scope, lps in (("ans", ans_lps), ("all", all_lps), ("box", box_lps)):
-        for stat, value in _lp_stats(lps).items():
-            f[f"lp_{scope}_{stat}"] = value
+        f.update({f"lp_{scope}_{stat}": value for stat, value in _lp_stats(lps).items()})
+    return f
 
+
+def gstep_features(view: EpisodeView, answer_text: str) -> np.ndarray:
+    """The G-STEP gate input for the answer ``answer_text`` given in ``view`` (see the module doc).
+
+    Returns float32 of shape ``(len(GSTEP_FEATURES),)``, all finite, in :data:`GSTEP_FEATURES` order.
+    """
+    ep = _episode(view, answer_text)
+    f = {**_turn_features(ep), **_call_features(ep), **_task_features(ep), **_agreement_features(ep),
+         **_form_features(ep.text, ep.answer), **_logprob_features(ep.turns, ep.answer_turn)}
     if f.keys() != set(GSTEP_FEATURES) or len(f) != N_FEATURES:   # programming error, never data
         raise AssertionError(f"gstep feature drift: {sorted(set(f) ^ set(GSTEP_FEATURES))}")
     vec = np.fromiter((f[name] for name in GSTEP_FEATURES), dtype=np.float64, count=N_FEATURES)
