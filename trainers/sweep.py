@@ -15,7 +15,6 @@ directory (``outputs/multirun/...``), not ``checkpoints/``: sweep candidates are
 from __future__ import annotations
 
 import json
-import random
 import subprocess
 import sys
 import time
@@ -62,12 +61,6 @@ def _fmt(v) -> str:
 def multirun_overrides(spec: dict) -> list[str]:
     """The Hydra multirun overrides of the spec's grid: ``recipe=…`` then ``key=v1,v2,…`` per parameter."""
     return [recipe_override(spec)] + [f"{k}={','.join(map(_fmt, _values(k, p)))}" for k, p in spec["parameters"].items()]
-
-
-def sample_point(spec: dict, seed: int = 0) -> list[str]:
-    """One point of the grid as ``trainers.fit`` overrides, as a W&B agent would pass them."""
-    rng = random.Random(seed)
-    return [recipe_override(spec)] + [f"{k}={_fmt(rng.choice(_values(k, p)))}" for k, p in spec["parameters"].items()]
 
 
 class RecordObjective(Callback):

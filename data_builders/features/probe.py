@@ -7,7 +7,7 @@ text, so there is no training/serving skew and no second forward pass.
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Sequence
 
 import torch
 
@@ -23,13 +23,6 @@ def all_layers(backend) -> list[int]:
 def probe_features(backend, prompts: Sequence[str], layers: Sequence[int] | None = None) -> torch.Tensor:
     """``[len(prompts), len(layers), d_model]`` float32 from one prefill pass over the rendered prompts."""
     return backend.prefill(list(prompts), all_layers(backend) if layers is None else list(layers)).hidden
-
-
-def from_prompt_state(state: Any) -> torch.Tensor:
-    """The run-time read: the hook's ``PromptState.hidden`` (``[len(layers), d]``) as one feature row."""
-    if state.hidden is None:
-        raise ValueError("PromptState has no hidden states: the hook must set hidden_layers")
-    return torch.as_tensor(state.hidden, dtype=torch.float32)
 
 
 def controller_input(tensors: dict) -> torch.Tensor:

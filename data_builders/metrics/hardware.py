@@ -21,7 +21,7 @@ figures were transcribed from the NVIDIA documents each ``source`` names, not fe
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
@@ -52,9 +52,6 @@ class HardwareProfile:
                              f"peak_flops / mem_bandwidth = {derived:.2f}")
         if not self.source.strip():
             raise ValueError(f"hardware profile {self.name!r} needs a source")
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def get_profile(spec: str | HardwareProfile | Mapping[str, Any]) -> HardwareProfile:

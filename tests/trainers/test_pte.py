@@ -257,8 +257,8 @@ def test_the_composed_hardware_node_gives_the_papers_gamma():
 def test_get_profile_accepts_names_profiles_and_mappings_only():
     p = hardware.PROFILES[PAPER]
     assert hardware.get_profile(PAPER) is p and hardware.get_profile(p) is p
-    assert hardware.get_profile(p.as_dict()) == p
+    assert hardware.get_profile(dataclasses.asdict(p)) == p
     with pytest.raises(ValueError, match=r"missing \['source'\]"):
-        hardware.get_profile({k: v for k, v in p.as_dict().items() if k != "source"})
+        hardware.get_profile({k: v for k, v in dataclasses.asdict(p).items() if k != "source"})
     with pytest.raises(TypeError, match="not int"):
         hardware.get_profile(3)
