@@ -445,16 +445,6 @@ def write_jsonl(path: str | Path, records: Iterable[dict]) -> Path:
     return path
 
 
-def read_jsonl(path: str | Path) -> Iterator[dict]:
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if line.strip():
-                try:
-                    yield json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise ValueError(f"{path}: line {n}: not valid JSON ({e.msg})") from e
-
-
 def write_trajectories(path: str | Path, trajectories: Iterable[Trajectory]) -> Path:
     """:func:`write_jsonl` of typed trajectories (atomic)."""
     return write_jsonl(path, (t.to_dict() for t in trajectories))

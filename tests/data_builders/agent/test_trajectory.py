@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from data_builders.agent.trajectory import (SCHEMA_VERSION, Call, Decision, Trajectory, TrajectoryError, Turn,
-                                            read_jsonl, read_trajectories, summarize, write_jsonl,
+                                            read_trajectories, summarize, write_jsonl,
                                             write_trajectories)
 from tests.data_builders.agent.test_loop import CALL, calc_task, run
 from tests.trajectories import make_call, make_trajectory, make_turn
@@ -67,9 +67,11 @@ def test_an_evaluator_cache_file_of_version_1_loads_and_is_rewritten_unchanged(t
     assert list(loaded[0].to_dict())[-1] == "_task_key" and "task_key" not in loaded[0].to_dict()
 
 
-def test_plain_dict_records_still_go_through_read_and_write_jsonl(tmp_path):
+def test_plain_dict_records_go_through_write_jsonl(tmp_path):
     rows = [{"a": 1, "b": [1, 2]}, {"c": "ü"}]
-    assert list(read_jsonl(write_jsonl(tmp_path / "rows.jsonl", rows))) == rows
+    path = write_jsonl(tmp_path / "rows.jsonl", rows)
+    assert path.read_text(encoding="utf-8") == '{"a": 1, "b": [1, 2]}\n{"c": "ü"}\n'
+    assert [p.name for p in tmp_path.iterdir()] == ["rows.jsonl"]      # the temp file was renamed away
 
 
 # ------------------------------------------------------------------ round trip
