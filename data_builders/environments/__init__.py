@@ -1,4 +1,4 @@
-"""When2Tool tool environments (SPEC §2-3) and their registry.
+"""When2Tool tool environments and their registry (docs/guide.md#when2tool-environments).
 
 ``make_environment(task.env)`` builds a fresh environment for one episode; ``ENVIRONMENTS`` maps
 each schema name (``"CalculatorEnv"``, ...) to its class.

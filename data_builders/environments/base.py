@@ -1,4 +1,4 @@
-"""The When2Tool tool runtime shared by every environment (SPEC §2).
+"""The When2Tool tool runtime shared by every environment (docs/guide.md#when2tool-tool-runtime).
 
 An environment is a :class:`ToolEnvironment` subclass whose ``name`` matches a schema file in
 ``schemas/`` and which defines one method per tool, named like the tool. Everything between the
@@ -26,12 +26,13 @@ STRESSOR_MODES = ("none", "empty", "error", "contradictory", "injection")
 
 
 def serialize(payload: dict) -> str:
-    """SPEC §2.3: ``json.dumps`` defaults (``", "``/``": "``, exact ints, NaN/Infinity allowed), non-ASCII kept."""
+    """``json.dumps`` defaults (``", "``/``": "``, exact ints, NaN/Infinity allowed), non-ASCII kept: the model
+    reads this exact text, and its token count enters the cost."""
     return json.dumps(payload, ensure_ascii=False)
 
 
 def runtime_error(exc: BaseException) -> dict:
-    """SPEC §2.2 step 6: the payload for an exception raised while executing a tool."""
+    """Pipeline step 6: the payload for an exception raised while executing a tool."""
     try:
         text = str(exc)
     except Exception:  # a str() that itself fails (e.g. an over-long int in the message)
@@ -49,7 +50,7 @@ def _load_schema_text(env_name: str) -> str:
 
 
 def _coerce(value: Any, ptype: Any) -> Any:
-    """SPEC §2.2 step 4. Raises on failure; the caller turns that into the type message."""
+    """Pipeline step 4, coercion by the schema type. Raises on failure; the caller turns that into the type message."""
     if ptype == "integer":
         return int(value)  # truncates floats, parses numeric strings, True -> 1
     if ptype == "number":
@@ -64,7 +65,7 @@ def _coerce(value: Any, ptype: Any) -> Any:
 
 
 def _limit_error(key: str, value: Any) -> dict | None:
-    """SPEC §2.2 step 5, on top-level values only."""
+    """Pipeline step 5, the argument limits, on top-level values only."""
     if isinstance(value, str) and len(value) > MAX_STRING_ARG_LEN:
         msg = f"Argument '{key}' too long ({len(value)} chars, max {MAX_STRING_ARG_LEN})."
     elif isinstance(value, list) and len(value) > MAX_ARRAY_ARG_LEN:
@@ -94,7 +95,7 @@ def _is_number(x: Any) -> bool:
 
 
 def _contradict(payload: Any) -> Any:
-    """The ``contradictory`` stressor (SPEC §2.4)."""
+    """The ``contradictory`` stressor (a robustness option no shipped task uses)."""
     if not isinstance(payload, dict):
         return {"success": True, "data": {"value": None}, "contradictory": True}
     out = copy.deepcopy(payload)
@@ -118,7 +119,8 @@ _INSTANCE_ATTRS = frozenset(
 
 
 class ToolEnvironment:
-    """Base of every When2Tool environment; one instance per episode (SPEC §2.1)."""
+    """Base of every When2Tool environment; one instance per episode, so tool state never leaks between
+    episodes."""
 
     name: ClassVar[str]
 
@@ -162,13 +164,14 @@ class ToolEnvironment:
         return json.loads(_load_schema_text(cls.name))
 
     def tool_specs(self) -> list[dict]:
-        """SPEC §2.1: the task's tools sorted by name, wrapped for a chat template's ``tools=``."""
+        """The task's tools sorted by name (the order the benchmark shows them in), wrapped for a chat
+        template's ``tools=``."""
         return [
             {"type": "function", "function": copy.deepcopy(self._schemas[t])} for t in sorted(self.tools)
         ]
 
     def call(self, name: str, arguments: Any) -> dict:
-        """Run one tool call through the SPEC §2.2 pipeline and return its payload. Never raises."""
+        """Run one tool call through the benchmark's pipeline and return its payload. Never raises."""
         try:
             return self._call(name, arguments)
         except Exception as exc:
@@ -183,7 +186,7 @@ class ToolEnvironment:
         schema_params = self._schemas[name].get("parameters", {})
         props: dict = schema_params.get("properties", {})
         if not isinstance(arguments, dict):
-            arguments = {}  # SPEC §5.3: non-object arguments become {}
+            arguments = {}  # the benchmark's parser turns non-object arguments into {}
         # 2. Required arguments, checked before anything is dropped or coerced.
         for req in schema_params.get("required", []):
             if req not in arguments:

@@ -1,4 +1,4 @@
-"""CalculatorEnv (SPEC §3.1): exact arithmetic on one expression, with a one-value memory.
+"""CalculatorEnv (docs/guide.md#when2tool-environments): exact arithmetic on one expression, with a one-value memory.
 
 Matches the original's payloads, including Python's own errors (a non-string ``expression`` such as
 5 gives ``TypeError: compile() arg 1 must be a string, bytes or AST object``, as its ``ast.parse``

@@ -1,11 +1,11 @@
-"""CodeExecutorEnv (SPEC §3.12): run a Python snippet and report its stdout.
+"""CodeExecutorEnv (docs/guide.md#when2tool-environments): run a Python snippet and report its stdout.
 
 Deliberate deviation from the original, which ``exec``s model code in the harness process: here
 model-written code never runs in-process. Every call starts a fresh sandboxed interpreter
 (:func:`sandbox.run_python`), and the :class:`~.sandbox.SandboxResult` is mapped onto the
 original's three payloads (success / timeout / exception).
 
-What matches the original (issue 20, items 6-9):
+What matches the original (each found by a differential test against its code):
 
 * ``__name__`` is ``'builtins'``: the snippet runs with fresh, empty globals (``exec(code, {})``), so
   ``if __name__ == '__main__':`` blocks do not run and ``globals()`` holds only ``__builtins__`` (a dict).
@@ -37,7 +37,7 @@ Decisions where the original has no answer (see :func:`payload_for`):
   600 MB allocation (the original succeeds) or ``subprocess.run`` (the original runs it) stay refused
   by the limits, as guards.
 * The sandbox itself failing (no fork, disk full) is not the code's fault: it raises, so the
-  runtime reports ``[TOOL_RUNTIME_ERROR] ...`` (SPEC §2.2 step 6).
+  runtime reports ``[TOOL_RUNTIME_ERROR] ...`` (as for any exception a tool raises).
 
 The When2Tool harness raises Python's int-to-string limit to 10,000 digits and the original runs
 inside it, so the snippet is run under that same limit (:func:`_wrap`).
@@ -100,7 +100,7 @@ def _failure(stdout: str, stderr: str, exit_code: int) -> dict:
 
 
 def payload_for(result: SandboxResult, time_limit_s: float) -> dict:
-    """Map one sandbox run to the SPEC §3.12 payload (module docstring lists the decisions)."""
+    """Map one sandbox run to the original's payloads (module docstring lists the decisions)."""
     kind = result.error_kind
     if kind is None:  # includes SystemExit(0) / exit()
         out = _stdout_result(result.stdout)
@@ -128,7 +128,7 @@ class CodeExecutorEnv(ToolEnvironment):
         if not isinstance(code, str):
             # The schema type is "string" (passed through uncoerced). The original hands the value to exec()
             # inside its exception handler, so a JSON number/list/object/bool/null gets the exception payload
-            # with Python's own TypeError text (issue 20 item 13); nothing is run for it here.
+            # with Python's own TypeError text; nothing is run for it here.
             return _failure("", NON_STRING_CODE_ERROR, 1)
         limits = SandboxLimits(wall_s=self.time_limit_s, cpu_s=self.time_limit_s, memory_mb=self.memory_mb)
         return payload_for(run_python(_wrap(code), limits, preload=preload_for(code)), self.time_limit_s)

@@ -1,7 +1,7 @@
-"""CountingEnv (SPEC §3.3): exact C(n,k), P(n,k) and n!.
+"""CountingEnv (docs/guide.md#when2tool-environments): exact C(n,k), P(n,k) and n!.
 
 Deviation from the original (a guard, not a behaviour change): the original computes the exact
-result before measuring it, so ``factorial(10**15)`` (arguments are capped at 10^15, SPEC §2.2)
+result before measuring it, so ``factorial(10**15)`` (the runtime caps arguments at 10^15)
 would run for hours and take terabytes. Here the result's size is first *estimated* with
 ``math.lgamma``; nothing is computed when the estimate shows more than
 :data:`~.safe_arith.MAX_INT_DIGITS` digits. Observable output is unchanged:
@@ -10,7 +10,7 @@ would run for hours and take terabytes. Here the result's size is first *estimat
 * 5001..10,000 digits: ``"Result too large (<exact digit count> digits). Use smaller inputs."``
   (such results are cheap to compute, so the count is always exact);
 * more than 10,000 digits: the original's ``str(result)`` hits the When2Tool harness's int->str
-  limit (10,000 digits, SPEC §2.2), a ``ValueError`` the runtime reports as a tool error. The same
+  limit (10,000 digits), a ``ValueError`` the runtime reports as a tool error. The same
   ``ValueError`` is raised here, without computing the number.
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ MAX_RESULT_DIGITS = 5000
 # lgammas; 50 digits leaves a wide margin, and computing a 10,050-digit result is still instant.
 _ESTIMATE_SLACK_DIGITS = 50
 _LN10 = math.log(10)
-# CPython's message for str() of an int over the limit, with the harness's 10,000 (SPEC §2.2).
+# CPython's message for str() of an int over the limit, with the harness's 10,000.
 INT_STR_LIMIT_MESSAGE = (
     f"Exceeds the limit ({MAX_INT_DIGITS} digits) for integer string conversion; "
     "use sys.set_int_max_str_digits() to increase the limit"
@@ -38,7 +38,7 @@ def _log10_factorial(n: int) -> float:
 
 
 def _sized(estimated_log10: float, compute) -> dict:
-    """The SPEC payload for a result of about 10**estimated_log10, computing it only when it
+    """The original's payload for a result of about 10**estimated_log10, computing it only when it
     could be representable (at most MAX_INT_DIGITS digits)."""
     if estimated_log10 > MAX_INT_DIGITS + _ESTIMATE_SLACK_DIGITS:
         raise ValueError(INT_STR_LIMIT_MESSAGE)

@@ -1,4 +1,5 @@
-"""DateTimeEnv (SPEC §3.11): day differences, day offsets and weekdays on the proleptic Gregorian calendar."""
+"""DateTimeEnv (docs/guide.md#when2tool-environments): day differences, day offsets and weekdays on the proleptic
+Gregorian calendar."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta
@@ -42,7 +43,7 @@ class DateTimeEnv(ToolEnvironment):
         if d is None:
             return dict(_INVALID)
         # |days| > 999999999 (timedelta) or a result outside years 1..9999 raises OverflowError,
-        # which the runtime turns into the SPEC's runtime-error payload.
+        # which the runtime turns into the original's runtime-error payload.
         return {"success": True, "result": format_date(d + timedelta(days=days))}
 
     def day_of_week(self, date: str) -> dict:

@@ -1,4 +1,5 @@
-"""DecodingEnv (SPEC §3.9): Morse, Caesar and four fixed substitution ciphers, both directions."""
+"""DecodingEnv (docs/guide.md#when2tool-environments): Morse, Caesar and four fixed substitution ciphers, both
+directions."""
 from __future__ import annotations
 
 import string
@@ -18,7 +19,7 @@ MORSE: dict[str, str] = {
 MORSE_DECODE: dict[str, str] = {code: ch for ch, code in MORSE.items()}
 
 _UPPER = string.ascii_uppercase
-# Images of A..Z per custom key, SPEC §3.9. Insertion order matters: it is the order listed in the
+# Images of A..Z per custom key, as the benchmark defines them. Insertion order matters: it is the order listed in the
 # "Unknown custom encoding" message.
 _CUSTOM_IMAGES = {
     "alpha7": _UPPER[7:] + _UPPER[:7],

@@ -1,4 +1,4 @@
-"""GameRuleEnv (SPEC §3.7): first-match lookup of a rule question in the task's corpus.
+"""GameRuleEnv (docs/guide.md#when2tool-environments): first-match lookup of a rule question in the task's corpus.
 
 The matching rule is HistoricalYear's (one implementation, imported); only the payload differs:
 here ``query`` carries the *matched key*, not the caller's argument, on success.

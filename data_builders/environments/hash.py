@@ -1,4 +1,5 @@
-"""HashEnv (SPEC §3.8): standard digests plus five custom 64-bit hashes no model can know by heart."""
+"""HashEnv (docs/guide.md#when2tool-environments): standard digests plus five custom 64-bit hashes no model can know
+by heart."""
 from __future__ import annotations
 
 import hashlib
@@ -8,7 +9,7 @@ from .base import ToolEnvironment
 INPUT_ECHO_CHARS = 200
 _MASK64 = (1 << 64) - 1
 
-# (offset, multiplier) per custom algorithm, SPEC §3.8. All five share one FNV-1a-like scheme and
+# (offset, multiplier) per custom algorithm, the benchmark's constants. All five share one FNV-1a-like scheme and
 # differ only in these constants, which is what makes them unguessable without the tool.
 CUSTOM_HASHES: dict[str, tuple[int, int]] = {
     "fnv1a_custom": (0xCBF29C3A299CCC67, 1099511628249),

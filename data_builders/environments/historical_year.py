@@ -1,4 +1,5 @@
-"""HistoricalYearEnv (SPEC §3.7): first-match lookup of an event phrase in the task's corpus."""
+"""HistoricalYearEnv (docs/guide.md#when2tool-environments): first-match lookup of an event phrase in the task's
+corpus."""
 from __future__ import annotations
 
 from typing import Any
@@ -7,7 +8,7 @@ from .base import ToolEnvironment
 
 
 def match_corpus_key(corpus: dict, query: Any) -> str | None:
-    """SPEC §3.7 matching rule: the first key (in stored order) equal to, containing or contained in
+    """The benchmark's matching rule: the first key (in stored order) equal to, containing or contained in
     the stripped, lowercased query. An empty query is contained in every key, so it matches the first."""
     q = query.strip().lower()  # a non-string query raises; the runtime reports it as a tool error
     for key in corpus:

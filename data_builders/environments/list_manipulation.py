@@ -1,4 +1,5 @@
-"""ListManipulationEnv (SPEC §3.10): stateless list operations; each call receives the current list.
+"""ListManipulationEnv (docs/guide.md#when2tool-environments): stateless list operations; each call receives the
+current list.
 
 Every call returns ``{"success", "message", "data": {"current_list"}}``: the list after the
 operation, or the list as received (after input normalisation) when the operation fails.

@@ -1,4 +1,4 @@
-"""MatrixEnv (SPEC §3.4): determinant, product and trace of list-of-lists matrices.
+"""MatrixEnv (docs/guide.md#when2tool-environments): determinant, product and trace of list-of-lists matrices.
 
 Entries are used exactly as given, with the original's plain Python operations, so whatever the
 original computes is computed here too: ints stay exact (any size), floats stay floats, and

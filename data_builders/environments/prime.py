@@ -1,6 +1,6 @@
-"""PrimeEnv (SPEC §3.5): primality, the n-th prime and prime factorisation.
+"""PrimeEnv (docs/guide.md#when2tool-environments): primality, the n-th prime and prime factorisation.
 
-The original uses plain trial division with no timeout; the 10^15 argument cap (SPEC §2.2) is its
+The original uses plain trial division with no timeout; the runtime's 10^15 argument cap is its
 only bound. Deviations (guards), each returning exactly what the original would have returned:
 
 * ``is_prime`` uses a deterministic Miller-Rabin test (the first 12 prime bases are exact for every

@@ -1,4 +1,5 @@
-"""RegexMatchEnv (SPEC §3.14): Python ``re`` findall / search / match / sub on model-given input.
+"""RegexMatchEnv (docs/guide.md#when2tool-environments): Python ``re`` findall / search / match / sub on
+model-given input.
 
 **Backtracking guard.** Python's ``re`` cannot be interrupted from another thread, and a model can
 send a pattern that backtracks exponentially (``(a+)+$`` on 30 ``a``s and a ``b``) or
@@ -9,7 +10,7 @@ tasks (the largest bound is ~4*10^7 steps, for ``<(\\w+)>[^<]+</\\1>`` on a hard
 in-process, exactly as the original. Otherwise it runs in a fresh sandboxed interpreter
 (:func:`sandbox.run_python`, same interpreter, so identical ``re`` semantics) under a wall-clock
 limit, and an over-long match raises ``TimeoutError``, which the runtime reports as
-``[TOOL_RUNTIME_ERROR] TimeoutError: ...`` (SPEC §2.2 step 6). The estimate is deliberately
+``[TOOL_RUNTIME_ERROR] TimeoutError: ...`` (as any exception a tool raises). The estimate is deliberately
 conservative: a false alarm only costs one subprocess (~60 ms), never a different answer.
 
 **Operation name** (as the original): stripped and lowercased for matching; only a missing or

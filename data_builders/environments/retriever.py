@@ -1,4 +1,5 @@
-"""RetrieverEnv (SPEC §3.6): title-only keyword search over the task's small corpus, then full reads.
+"""RetrieverEnv (docs/guide.md#when2tool-environments): title-only keyword search over the task's small corpus,
+then full reads.
 
 The ranking is deliberately crude (it is the benchmark's): query tokens keep their punctuation and
 count as hits when they are *substrings* of the lowercased title, so ``of`` hits ``official`` and

@@ -1,4 +1,5 @@
-"""Bounded evaluation of one arithmetic Python expression (SPEC §3.1, ``evaluate_expression``).
+"""Bounded evaluation of one arithmetic Python expression (Calculator's ``evaluate_expression``,
+docs/guide.md#when2tool-environments).
 
 The expression comes from model output, so it is untrusted. The original benchmark tool evaluated
 it with Python semantics and no guard, which lets ``9**9**9`` hang the run. This module keeps the
@@ -29,7 +30,7 @@ from typing import Callable, Union
 
 Number = Union[int, float]
 
-# The When2Tool harness raises Python's int->str limit to 10,000 digits (SPEC §2.2); an integer
+# The When2Tool harness raises Python's int->str limit to 10,000 digits; an integer
 # above that could never be reported by the original tool, so nothing larger is worth computing.
 MAX_INT_DIGITS = 10_000
 # Defensive bound for direct callers; the tool pipeline already rejects strings over 5000 chars.

@@ -1,8 +1,9 @@
-"""ScheduleEnv (SPEC §3.13): free-slot search and pairwise conflict check over HH:MM intervals.
+"""ScheduleEnv (docs/guide.md#when2tool-environments): free-slot search and pairwise conflict check over HH:MM
+intervals.
 
 Times are ``H:MM``/``HH:MM`` strings turned into minutes. Malformed input raises, and the runtime
-reports it as ``[TOOL_RUNTIME_ERROR] <Class>: <message>`` (SPEC: "A malformed time gives a runtime
-error"). The error texts match the original's because the same Python operations run in the same
+reports it as ``[TOOL_RUNTIME_ERROR] <Class>: <message>``, as the original does for a malformed time.
+The error texts match the original's because the same Python operations run in the same
 order: a time is ``t.strip().split(":")`` unpacked into two parts and ``int()``-ed, and an interval
 is read as ``iv[0]``/``iv[1]``. So an interval with extra elements uses its first two (as the
 original), and e.g. a non-string time gives ``'int' object has no attribute 'strip'``, a one-element

@@ -1,10 +1,11 @@
-"""StatisticsEnv (SPEC §3.2): descriptive statistics on a list of numbers, population moments.
+"""StatisticsEnv (docs/guide.md#when2tool-environments): descriptive statistics on a list of numbers, population
+moments.
 
 Float semantics are part of the observable output (results are rounded to 10 decimals, not
 exact), so every quantity is computed exactly the way the original does: elements converted with
 ``float()``, sums accumulated left to right starting from the integer 0, squared deviations taken
 with ``** 2`` (which raises ``OverflowError`` where the original does), ``math.sqrt`` for roots.
-Input is at most 1000 elements (SPEC §2.2 limits), so every call is linear and fast.
+Input is at most 1000 elements (the runtime's argument limits), so every call is linear and fast.
 """
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ def _variance(xs: list[float]) -> float:
 
 
 def percentile(sorted_xs: list[float], p: float) -> float:
-    """SPEC §3.2: k = p/100·(n−1); the element at k when k is whole, else linear interpolation.
+    """The benchmark's rule: k = p/100·(n−1); the element at k when k is whole, else linear interpolation.
 
     Out-of-range p is not rejected, as in the original: p < 0 indexes from the end (Python's
     negative indices) and p > 100 raises ``IndexError`` (a tool runtime error)."""
