@@ -12,10 +12,18 @@ from safetensors.torch import load_file
 
 from recipes import compose
 from trainers.fit import RunInfo
-from trainers.policy.rewards import correctness, otc, otc_tool_score, pte_cost, reward_setup, total_reward
+from trainers.policy.rewards import correctness, otc, otc_tool_score, pte_cost, reward_setup
 
 
 # ---------------------------------------------------------------------------- rewards
+def total_reward(kind: str, lam: float, **fields) -> list[float]:
+    """The weighted sum TRL computes from ``reward_setup``'s functions and weights."""
+    funcs, weights = reward_setup(kind, lam)
+    n = len(fields["correct"])
+    parts = [f([None] * n, [None] * n, **fields) for f in funcs]
+    return [sum(w * p[i] for w, p in zip(weights, parts)) for i in range(n)]
+
+
 def episodes(**fields):
     n = len(next(iter(fields.values())))
     return {"prompts": [None] * n, "completions": [None] * n, **fields}

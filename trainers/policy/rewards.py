@@ -98,14 +98,6 @@ def reward_setup(kind: str, lam: float) -> tuple[list, list[float]]:
     return list(funcs), weights(lam)
 
 
-def total_reward(kind: str, lam: float, **fields) -> list[float]:
-    """The weighted sum TRL computes, for reports and tests (same functions, same weights)."""
-    funcs, weights = reward_setup(kind, lam)
-    n = len(fields["correct"])
-    parts = [f([None] * n, [None] * n, **fields) for f in funcs]
-    return [sum(w * p[i] for w, p in zip(weights, parts)) for i in range(n)]
-
-
 def _log(kwargs: dict, name: str, values: list[float]) -> None:
     log_metric = kwargs.get("log_metric")
     if log_metric is not None and values:
