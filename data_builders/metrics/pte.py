@@ -26,7 +26,7 @@ its footnote 2). ``param_count`` computes both from a config; γ defaults to ``p
 FLOPs of a prefill token are in the transformer blocks: the input embedding is a lookup, and engines compute
 lm_head logits for the last prompt position only (Kaplan et al.'s C ≈ 2N, which the paper cites, is
 non-embedding too). The paper's printed γ also rounds the GQA-free γ to 3 decimals before applying the head
-ratio; ``paper_rounding=True`` reproduces that arithmetic exactly (tests/trainers/test_pte.py).
+ratio; ``paper_rounding=True`` reproduces that arithmetic exactly (tests/data_builders/metrics/test_pte.py).
 """
 from __future__ import annotations
 
