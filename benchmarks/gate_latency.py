@@ -25,9 +25,9 @@ from data_builders.agent import prompts as P
 from data_builders.features import minilm
 from data_builders.features.toolgate import MAX_TOKENS, embed_texts, summary_text
 from data_builders.agent.hooks import PromptState
-from data_builders.runtime.api import Gates
-from data_builders.runtime.controller_hooks import probe_decision
-from data_builders.runtime.messages import toolgate_episode
+from runtime.api import Gates
+from runtime.controller_hooks import probe_decision
+from runtime.messages import toolgate_episode
 
 REPO = Path(__file__).resolve().parents[1]
 TOOLS = [{"type": "function", "function": {"name": "evaluate_expression", "description": "Evaluate an expression.",

@@ -1,4 +1,4 @@
-"""Load test of the gated endpoint (``python -m data_builders.runtime.serve``), loopback only.
+"""Load test of the gated endpoint (``python -m runtime.serve``), loopback only.
 
     python benchmarks/serve_load.py [--requests 500] [--concurrency 16] [--upstream-delay-ms 20] \
         [--gates forced|reference]
@@ -11,7 +11,7 @@ answer (a G-STEP decision); the gates never skip or continue, so each request is
 
 ``--gates forced``: the test double's gates (decide at once: the figures are the endpoint's own overhead);
 ``--gates reference``: the committed ToolGate and G-STEP (recipes/checkpoints/reference.yaml) through the runtime
-API (``data_builders.runtime.api``), MiniLM and all — their decision latency is then in the added latency.
+API (``runtime.api``), MiniLM and all — their decision latency is then in the added latency.
 
 Added latency per request = the client's wall time − the upstream time the endpoint measured for it
 (``toolwise.upstream_ms``): parsing, keys, gates, JSON and the extra loopback hop. ``lost`` counts requests that
@@ -31,8 +31,8 @@ import numpy as np
 import uvicorn
 
 import recipes
-from data_builders.runtime.serve import Upstream, create_app
-from data_builders.runtime.serve.testing import ForcedGates, ScriptedUpstream, free_port
+from runtime.serve import Upstream, create_app
+from runtime.serve.testing import ForcedGates, ScriptedUpstream, free_port
 
 TOOLS = [{"type": "function", "function": {"name": "calculator", "description": "arithmetic",
                                            "parameters": {"type": "object", "properties": {"x": {"type": "integer"}}}}}]
@@ -52,7 +52,7 @@ def run_endpoint(port: int, upstream_port: int, gates: str) -> None:
     if gates == "reference":
         ref = recipes.compose("rollout").checkpoints
         # why here: the runtime API loads torch, the controllers and MiniLM; the forced run needs none of it
-        from data_builders.runtime.api import Gates
+        from runtime.api import Gates
 
         loaded = Gates.load(toolgate=ref.toolgate, g_step=ref.g_step)
     else:

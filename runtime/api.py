@@ -6,8 +6,8 @@
     d = gates.answer(messages, tools, answer_text, logprobs)                  # continue | commit
 
 Each call converts the messages into the state toolwise's own loop would hold at that moment
-(:mod:`data_builders.runtime.messages`) and decides with the same code as the loop's hooks
-(:func:`~data_builders.runtime.controller_hooks.toolgate_decision` and its siblings): same featurizer, same
+(:mod:`runtime.messages`) and decides with the same code as the loop's hooks
+(:func:`~runtime.controller_hooks.toolgate_decision` and its siblings): same featurizer, same
 threshold. On *skip* the agent answers the call with :data:`SKIPPED_TOOL_MESSAGE` (the loop's fixed no-op
 result) and re-asks its model; on *continue* it appends the answer and :data:`VERIFY_PROMPT` and re-asks.
 Needs torch and the featurizers; never Lightning or TRL.
@@ -21,12 +21,12 @@ from typing import Any, Sequence
 import controllers
 from controllers import Controller
 
-from ..agent import prompts as P
-from ..agent.hooks import PromptState
-from ..backends.chat import ChatText
-from ..environments.base import serialize
-from ..features.toolgate import embed_texts
-from ..tasks.schema import Task
+from data_builders.agent import prompts as P
+from data_builders.agent.hooks import PromptState
+from data_builders.backends.chat import ChatText
+from data_builders.environments.base import serialize
+from data_builders.features.toolgate import embed_texts
+from data_builders.tasks.schema import Task
 from .controller_hooks import (GateDecision, checked, gstep_decision, probe_decision, prefill_text,
                                toolgate_decision)
 from .messages import (TokenCounter, answer_episode, call_format_of, check_tools, first_prompt_messages,
@@ -59,7 +59,7 @@ def _counter(tokenizer: str | Path | TokenCounter | None, policy: str | None) ->
     # why here: transformers (and the embedded model's files) are needed only when a tokenizer is loaded
     from transformers import AutoTokenizer
 
-    from ..backends.loading import EMBEDDED_ALIASES, embedded_model_dir
+    from data_builders.backends.loading import EMBEDDED_ALIASES, embedded_model_dir
     if tokenizer == "auto":
         model_id = (policy or "").split("@")[0]
         if not model_id:
@@ -76,7 +76,7 @@ def _counter(tokenizer: str | Path | TokenCounter | None, policy: str | None) ->
 @dataclass
 class Gates:
     """Loaded gates (any subset) and what a conversion needs: the policy's call format and, optionally, its
-    tokenizer for token counts the messages do not carry (see :mod:`data_builders.runtime.messages`)."""
+    tokenizer for token counts the messages do not carry (see :mod:`runtime.messages`)."""
 
     toolgate: Controller | None = None
     g_step: Controller | None = None

@@ -13,7 +13,7 @@ a gate trained on one policy's trajectories refuses another's.
 
 The decision itself (featurize → probability → threshold at τ) is one function per gate
 (:func:`toolgate_decision`, :func:`gstep_decision`, :func:`probe_decision`), shared with the runtime API
-(``data_builders.runtime.api``) that serves the same gates to agents toolwise did not write.
+(``runtime.api``) that serves the same gates to agents toolwise did not write.
 """
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ def checked(controller: Controller, kind: str, policy: str | None, *, strict: bo
     return controller.eval()
 
 
-# ---- the decision code: the hooks below and the runtime API (data_builders/runtime/api.py) both call these,
+# ---- the decision code: the hooks below and the runtime API (runtime/api.py) both call these,
 # so a gate thresholds and featurizes the same way inside toolwise's loop and behind a user's agent.
 #: gate name -> (action when p >= τ, action otherwise)
 ACTIONS = {"toolgate": ("execute", "skip"), "g_step": ("continue", "commit"), "probe_prefill": ("use", "skip")}

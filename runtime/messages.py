@@ -34,12 +34,12 @@ import json
 from dataclasses import dataclass
 from typing import Any, Protocol, Sequence
 
-from ..agent import prompts as P
-from ..agent.hooks import EpisodeView
-from ..agent.parsing import ToolCall, has_boxed, parse_tool_call
-from ..agent.trajectory import Call, Turn, error_kind
-from ..environments.base import serialize
-from ..tasks.schema import EnvSpec, Task
+from data_builders.agent import prompts as P
+from data_builders.agent.hooks import EpisodeView
+from data_builders.agent.parsing import ToolCall, has_boxed, parse_tool_call
+from data_builders.agent.trajectory import Call, Turn, error_kind
+from data_builders.environments.base import serialize
+from data_builders.tasks.schema import EnvSpec, Task
 
 ROLES = ("system", "developer", "user", "assistant", "tool")   # developer: OpenAI's newer name for system
 #: the loop's answers to a call it does not run (a user message instead of a tool result) -> Call.reason

@@ -1,6 +1,7 @@
-"""The package import graph (DESIGN.md, "Dependencies point one way"): no cycles, ``data_builders`` never
-imports ``trainers``, ``controllers`` imports neither, and the run-time controller hooks stay free of the
-training stack.
+"""The package import graph (README.md, "Layout": dependencies point one way): no cycles, ``data_builders`` imports
+neither ``runtime`` (serving) nor ``trainers``, ``runtime`` never imports ``trainers``, ``controllers`` imports
+none of them, no recipe module imports the launcher ``trainers.fit``, and the run-time controller hooks stay free
+of the training stack.
 
 The graph is grimp's (the library behind import-linter), built from the source without importing it, so it
 holds function-level imports too: an import hidden inside a function still counts. grimp cannot see
@@ -18,11 +19,11 @@ from pathlib import Path
 import grimp
 import pytest
 
-PACKAGES = ("controllers", "data_builders", "trainers", "recipes")
+PACKAGES = ("controllers", "data_builders", "runtime", "trainers", "recipes")
 REPO = Path(__file__).resolve().parents[1]
 # Modules a deployed agent imports: they must not bring in the training stack.
 LIGHT = {m: ("lightning", "pytorch_lightning", "trl") for m in
-         ("data_builders.runtime.controller_hooks", "data_builders.runtime.messages", "data_builders.runtime.api")}
+         ("runtime.controller_hooks", "runtime.messages", "runtime.api")}
 DISCOVERY = "pkgutil.iter_modules(__path__)"
 
 
@@ -94,12 +95,38 @@ def test_no_import_cycles(graph):
     assert not found, "import cycles:\n  " + "\n\n  ".join(found)
 
 
-@pytest.mark.parametrize("importer, forbidden", [("data_builders", "trainers"), ("controllers", "data_builders"),
-                                                 ("controllers", "trainers")])
+def _chains(graph, importer: str, imported: str) -> list[str]:
+    """Every shortest import chain from ``importer`` (a package or module) to ``imported``, as statements."""
+    chains = graph.find_shortest_chains(importer=importer, imported=imported)
+    return ["\n    ".join(_edge(graph, a, b) for a, b in zip(c, c[1:])) for c in sorted(chains)]
+
+
+@pytest.mark.parametrize("importer, forbidden", [("data_builders", "trainers"), ("data_builders", "runtime"),
+                                                 ("runtime", "trainers"), ("controllers", "data_builders"),
+                                                 ("controllers", "runtime"), ("controllers", "trainers")])
 def test_dependencies_point_one_way(graph, importer, forbidden):
-    chains = graph.find_shortest_chains(importer=importer, imported=forbidden)
-    report = ["\n    ".join(_edge(graph, a, b) for a, b in zip(c, c[1:])) for c in sorted(chains)]
-    assert not chains, f"{importer} must not import {forbidden}:\n    " + "\n\n    ".join(report)
+    report = _chains(graph, importer, forbidden)
+    assert not report, f"{importer} must not import {forbidden}:\n    " + "\n\n    ".join(report)
+
+
+def test_the_serving_package_does_not_import_trainers(graph):
+    """The endpoint (``runtime.serve``, FastAPI + the runtime API) deploys without the training code, directly or
+    through a module it imports."""
+    assert "runtime.serve.app" in graph.modules and "runtime.serve.gating" in graph.modules
+    report = _chains(graph, "runtime.serve", "trainers")
+    assert not report, "runtime.serve must not import trainers:\n    " + "\n\n    ".join(report)
+
+
+def test_no_recipe_module_imports_the_launcher(graph):
+    """``python -m trainers.fit`` runs the launcher as ``__main__``: a recipe module importing ``trainers.fit``
+    (for ``RunInfo``/``Fitted``, which live in ``trainers.recipe``) would load it a second time."""
+    from trainers.fit import RECIPES
+
+    modules = sorted({target.split(":")[0] for target in RECIPES.values()})
+    assert "trainers.policy.sft" in modules and all(m in graph.modules for m in modules)
+    found = {m: graph.find_shortest_chain(importer=m, imported="trainers.fit") for m in modules}
+    report = ["\n    ".join(_edge(graph, a, b) for a, b in zip(c, c[1:])) for c in found.values() if c]
+    assert not report, "recipe modules import trainers.fit:\n    " + "\n\n    ".join(report)
 
 
 @pytest.mark.parametrize("module", sorted(LIGHT))

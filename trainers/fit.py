@@ -12,7 +12,6 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import hydra
@@ -21,6 +20,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from recipes import CONFIG_DIR
+from trainers.recipe import Fitted, RunInfo
 from trainers.tracking import setup_wandb_env
 
 # recipe name -> "module:function"; imported lazily so one recipe's heavy dependencies never load for another.
@@ -31,31 +31,6 @@ RECIPES = {
     "g_step": "trainers.controller.fit:fit",
     "pte_grpo": "trainers.policy.grpo:fit",
 }
-
-
-@dataclass(frozen=True)
-class RunInfo:
-    """Run state a recipe needs and the config does not hold (the config stays what the user composed)."""
-
-    dir: Path                              # Hydra's job directory: logs, trainer state, recipe.yaml
-    command: str                           # the command line that reproduces the run (model cards)
-    report_to: tuple[str, ...] = ()        # TRL's report_to: ("wandb",) when the logger is W&B
-    multirun: bool = False                 # a sweep job: exports stay in its job directory
-
-    def export_dir(self, configured: str | Path) -> Path:
-        """Where the run exports: the recipe's directory, or the job's own one inside a sweep (sweep
-        candidates are not releases)."""
-        return self.dir / "export" if self.multirun else Path(configured)
-
-
-@dataclass
-class Fitted:
-    """What a recipe returns: where it exported, and the validation objective a sweeper ranks runs by."""
-
-    export_dir: Path
-    objective: float                       # higher is better unless ``objective_name`` says loss
-    objective_name: str
-    metrics: dict = field(default_factory=dict)
 
 
 def is_rank_zero() -> bool:

@@ -1,4 +1,4 @@
-"""``python -m data_builders.runtime.serve``: an OpenAI-compatible endpoint that puts toolwise's exported gates
+"""``python -m runtime.serve``: an OpenAI-compatible endpoint that puts toolwise's exported gates
 in front of any OpenAI-compatible server (vLLM, SGLang, a hosted API).
 
 * :mod:`.app` — the FastAPI app (``create_app(cfg, gates, upstream)``): routes, API keys, limits, errors;

@@ -1,4 +1,4 @@
-"""``python -m data_builders.runtime.serve upstream.base_url=http://127.0.0.1:8000/v1
+"""``python -m runtime.serve upstream.base_url=http://127.0.0.1:8000/v1
 gates.toolgate=checkpoints/toolgate/<run> gates.g_step=checkpoints/g_step/<run> host=127.0.0.1 port=8080``
 (or ``upstream=local model=... gates.probe_prefill=...``: the policy in this process, Probe&Prefill included).
 
@@ -26,7 +26,7 @@ def load_gates(cfg: DictConfig, policy: str | None = None):
         return None
     # why here: the runtime API loads torch, the controllers and the featurizers (MiniLM); a plain proxy and the
     # tests' injected gates do without them.
-    from data_builders.runtime.api import Gates
+    from runtime.api import Gates
 
     # warmed up before the port opens: the first request must not wait seconds for the encoder to load
     return Gates.load(toolgate=cfg.toolgate, g_step=cfg.g_step, probe_prefill=cfg.probe_prefill,
@@ -40,8 +40,7 @@ def build(cfg: DictConfig):
         from .local import LocalUpstream
 
         upstream = LocalUpstream.from_config(cfg)
-        upstream.gates = load_gates(cfg.gates, policy=cfg.gates.policy or upstream.backend.fingerprint)
-        return upstream.gates, upstream
+        return load_gates(cfg.gates, policy=cfg.gates.policy or upstream.backend.fingerprint), upstream
     if cfg.gates.probe_prefill is not None:
         raise ValueError("gates.probe_prefill needs upstream=local: the probe reads the policy's hidden states, "
                          "which an HTTP upstream does not return")

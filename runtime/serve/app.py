@@ -1,7 +1,7 @@
 """The FastAPI app: routes, limits, keys and errors around :class:`~.gating.Gater`.
 
 ``create_app(cfg, gates, upstream)`` takes the gates and the upstream as objects, so a test injects forced gates
-and a fake upstream; ``python -m data_builders.runtime.serve`` builds the real ones from the config."""
+and a fake upstream; ``python -m runtime.serve`` builds the real ones from the config."""
 from __future__ import annotations
 
 import json
@@ -66,12 +66,12 @@ def parse_request(raw: bytes, max_messages: int) -> tuple[dict, ChatRequest]:
 
 
 def create_app(cfg: Any, gates: Any, upstream: Upstream) -> FastAPI:
-    """``cfg``: the ``serve`` config (recipes/serve.yaml); ``gates``: a :class:`data_builders.runtime.api.Gates`
+    """``cfg``: the ``serve`` config (recipes/serve.yaml); ``gates``: a :class:`runtime.api.Gates`
     (or anything with its ``tool_call``/``answer``), None for a plain proxy; ``upstream``: the server behind."""
     policy = GatePolicy(on_error=cfg.gates.on_error, max_reasks=cfg.gates.max_reasks,
                         max_continues=cfg.gates.max_continues,
                         logprobs=cfg.gates.g_step is not None if cfg.gates.logprobs is None else cfg.gates.logprobs,
-                        concurrency=cfg.gates.concurrency)
+                        concurrency=cfg.gates.concurrency, prefill_style=cfg.gates.prefill_style)
     keys = load_api_keys(cfg.auth)
     metrics = Metrics()
     gater = Gater(gates, upstream, policy, metrics)

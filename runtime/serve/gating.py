@@ -8,10 +8,13 @@ say so, and record every decision.
 * a final answer goes through G-STEP (with the answer's token log-probs); *continue* appends toolwise's
   verification prompt and re-asks, up to ``max_continues`` verification rounds per conversation (a verification
   prompt already in the client's messages counts).
-* with ``upstream=local`` the first turn of a conversation may carry the probe's decision (Probe&Prefill, made
-  inside the local upstream before it generates): it is recorded and counted like the others.
+* with ``upstream=local`` (the policy in this process) a conversation's first turn goes through Probe&Prefill:
+  the probe reads the policy's hidden states of the rendered prompt and picks the response prefill
+  (``gates.prefill_style``) the generation resumes from. Those states exist only inside the upstream's generation,
+  so the upstream calls this layer's probe step (:meth:`Gater.first_turn`) between rendering and generating.
 * a gate that raises: ``on_error=open`` (default) applies execute / commit (the probe: no prefill), ``closed``
-  skip / continue (the probe: the skip prefill); either way the decision is recorded with ``action: "error"``.
+  skip / continue (the probe: the skip prefill), one rule for the three (:data:`ON_ERROR`); either way the
+  decision is recorded with ``action: "error"``.
 
 The messages the server added (skipped turns, verification prompts) come back in ``toolwise.injected`` so a
 client keeping the transcript can splice them in before the returned turn."""
@@ -21,7 +24,7 @@ import time
 from collections import Counter
 from functools import partial
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Callable
 
 from anyio import CapacityLimiter, to_thread
 
@@ -31,7 +34,10 @@ from data_builders.environments.base import serialize
 from .metrics import Metrics
 from .upstream import Upstream
 
-ON_ERROR = {"open": {"toolgate": "execute", "g_step": "commit"}, "closed": {"toolgate": "skip", "g_step": "continue"}}
+#: gates.on_error -> what each gate's failure applies: open lets the turn through as if no gate were there (the call
+#: runs, the answer stands, no response prefill); closed takes the gate's cautious action
+ON_ERROR = {"open": {"toolgate": "execute", "g_step": "commit", "probe_prefill": "none"},
+            "closed": {"toolgate": "skip", "g_step": "continue", "probe_prefill": "skip"}}
 
 
 @dataclass
@@ -41,6 +47,7 @@ class GatePolicy:
     max_continues: int = 1
     logprobs: bool = False          # request token log-probs from the upstream (G-STEP reads them)
     concurrency: int = 1            # gate decisions computed at once
+    prefill_style: str = "soft"     # the probe's response prefill: soft (a sentence) | hard (a forced prefix)
 
     def __post_init__(self):
         if self.on_error not in ON_ERROR:
@@ -69,28 +76,86 @@ class Gater:
         # A decision is CPU-bound torch that already uses every core it is given: decisions run in worker threads
         # (the event loop keeps serving) but only `concurrency` at a time, as parallel ones only contend.
         self.limiter = CapacityLimiter(policy.concurrency)
+        if getattr(upstream, "local", False):
+            # why here: the prefills come with the controller hooks (torch), which only an in-process policy needs
+            from runtime.controller_hooks import prefill_text
 
-    async def _decide(self, gate: str, method: str, *args, **kwargs) -> dict | None:
-        """The gate's decision as a record, or None when that gate is not loaded. Gates run torch: a worker
-        thread keeps the event loop serving other requests meanwhile. The gate-latency histogram includes the
-        wait for a free worker; the decision's own ``latency_ms`` is featurizing + forward only."""
-        if self.gates is None or getattr(self.gates, gate, True) is None:
-            return None     # a plain proxy, or runtime-API Gates without this gate: no thread hop for a None
+            self.prefill_text = partial(prefill_text, style=policy.prefill_style, call_format=upstream.call_format)
+            self.prefill_text("skip")       # an unknown style fails at start-up, not per request
+
+    def _loaded(self, gate: str) -> bool:
+        """Whether ``gate`` is asked: not on a plain proxy, nor for a gate runtime-API Gates did not load (it holds
+        None there: no thread hop for a None); gates objects without that attribute (the tests' ForcedGates) are
+        asked and may answer None."""
+        return self.gates is not None and getattr(self.gates, gate, True) is not None
+
+    def _probes(self, context: list[dict]) -> bool:
+        """Probe&Prefill on this upstream call: a conversation's first turn (no assistant message yet, so never a
+        re-ask), a probe loaded, and the policy in this process (no HTTP upstream returns hidden states)."""
+        return (getattr(self.upstream, "local", False) and self.gates is not None
+                and getattr(self.gates, "probe_prefill", None) is not None
+                and not any(m.get("role") == "assistant" for m in context))
+
+    def _failed(self, gate: str, error: Exception) -> dict:
+        """The record of a gate that raised: resolved by the one on_error rule, never dropped."""
+        return {"gate": gate, "action": "error", "error": f"{type(error).__name__}: {error}"[:300],
+                "applied": ON_ERROR[self.policy.on_error][gate]}
+
+    async def _decide(self, gate: str, ask: Callable[[], Any]) -> dict | None:
+        """``ask()``'s decision as a record, or None when the gate answers None. Gates run torch: a worker thread
+        keeps the event loop serving other requests meanwhile. The gate-latency histogram includes the wait for a
+        free worker; the decision's own ``latency_ms`` is featurizing + forward only."""
         start = time.perf_counter()
         try:
-            decision = await to_thread.run_sync(partial(getattr(self.gates, method), *args, **kwargs),
-                                                limiter=self.limiter)
+            decision = await to_thread.run_sync(ask, limiter=self.limiter)
         except Exception as e:  # a gate failure is recorded and resolved by on_error, never dropped
             self.metrics.gate_errors.labels(gate).inc()
             self.metrics.gate_latency.labels(gate).observe(time.perf_counter() - start)
-            return {"gate": gate, "action": "error", "error": f"{type(e).__name__}: {e}"[:300],
-                    "applied": ON_ERROR[self.policy.on_error][gate]}
+            return self._failed(gate, e)
         if decision is None:
             return None
         self.metrics.gate_latency.labels(gate).observe(time.perf_counter() - start)
         record = asdict(decision)
         record["applied"] = record["action"]
         return record
+
+    async def tool_call(self, context: list[dict], tools: list[dict], call: dict) -> dict | None:
+        """ToolGate on a proposed ``call``: execute or skip (None: no ToolGate)."""
+        if not self._loaded("toolgate"):
+            return None
+        return await self._decide("toolgate", partial(self.gates.tool_call, context, tools, call))
+
+    async def answer(self, context: list[dict], tools: list[dict], body: dict) -> dict | None:
+        """G-STEP on the final answer of ``body``'s first choice: commit or continue (None: no G-STEP). It reads the
+        completion's token log-probs, token counts and finish reason with the answer."""
+        if not self._loaded("g_step"):
+            return None
+        choice = body["choices"][0]
+        return await self._decide("g_step", partial(self.gates.answer, context, tools, choice["message"]["content"],
+                                                    token_logprobs(choice), usage=body.get("usage"),
+                                                    finish_reason=choice.get("finish_reason")))
+
+    def first_turn(self, records: list[dict], messages: list[dict], tools: list[dict], backend: Any
+                   ) -> tuple[str, Any, str]:
+        """Probe&Prefill on a conversation's first turn, called by the in-process upstream with its ``backend`` in
+        its own worker, between checking the messages and generating (one backend user at a time): the probe's
+        decision (or its failure, resolved by on_error) goes to ``records``. Returns (the rendered prompt, the
+        backend's prefill state, the response prefill) so the generation resumes from that state without a second
+        forward pass over the prompt, as toolwise's loop does; a failed probe returns no prompt (the upstream
+        renders it) and no state. The decision's ``latency_ms`` is the probe's own (the prompt's prefill is the
+        generation's)."""
+        started = time.perf_counter()
+        try:
+            decision, prompt, state = self.gates.probe_first_prompt(backend, messages, tools)
+        except Exception as e:  # noqa: BLE001 - recorded and resolved by on_error, never dropped
+            record = {**self._failed("probe_prefill", e),
+                      "latency_ms": round((time.perf_counter() - started) * 1000, 3)}
+            prompt, state = "", None
+        else:
+            record = asdict(decision)
+            record["applied"] = record["action"]
+        records.append(record)
+        return prompt, state, "" if record["applied"] == "none" else self.prefill_text(record["applied"])
 
     async def complete(self, request: dict, messages: list[dict]) -> dict:
         tools = request.get("tools") or []
@@ -104,13 +169,17 @@ class Gater:
         reasks, calls, upstream_s = 0, 0, 0.0
         while True:
             context = messages + injected
-            body, latency = await self.upstream.chat({**payload, "messages": context})
+            probed: list[dict] = []
+            if self._probes(context):
+                body, latency = await self.upstream.chat({**payload, "messages": context},
+                                                         first_turn=partial(self.first_turn, probed, context, tools))
+            else:
+                body, latency = await self.upstream.chat({**payload, "messages": context})
             self.metrics.upstream_latency.observe(latency)
             calls += 1
             upstream_s += latency
             usage.update({k: v for k, v in (body.get("usage") or {}).items() if isinstance(v, int)})
-            probed = body.pop("toolwise_upstream", {}) if getattr(self.upstream, "local", False) else {}
-            for rec in probed.get("decisions", []):     # upstream=local: the probe's decision on a first turn
+            for rec in probed:      # counted once the turn it steered is back (a failed generation counts none)
                 rec.update(round=calls - 1)
                 decisions.append(rec)
                 self.metrics.decisions.labels(rec["gate"], rec["applied"]).inc()
@@ -124,7 +193,7 @@ class Gater:
             if turn.get("tool_calls"):
                 records = []
                 for call in turn["tool_calls"]:
-                    rec = await self._decide("toolgate", "tool_call", context, tools, call)
+                    rec = await self.tool_call(context, tools, call)
                     if rec is not None:
                         rec.update(round=calls - 1, call_id=call["id"], call=call["function"]["name"])
                         records.append(rec)
@@ -149,8 +218,7 @@ class Gater:
             if turn.get("content") is None:
                 break
             # the completion's token counts and finish reason: G-STEP reads them with the log-probs
-            rec = await self._decide("g_step", "answer", context, tools, turn["content"], token_logprobs(choice),
-                                     usage=body.get("usage"), finish_reason=choice.get("finish_reason"))
+            rec = await self.answer(context, tools, body)
             if rec is None:
                 break
             rec.update(round=calls - 1)

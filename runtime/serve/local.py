@@ -1,11 +1,12 @@
 """``upstream=local``: toolwise's own backend in this process, answering chat completions as an upstream would.
 
 It exists for Probe&Prefill: the probe decides from the policy's hidden states of the first prompt, which no
-OpenAI-compatible server returns. On a conversation's first turn (no assistant message yet) with
-``gates.probe_prefill`` set, the prompt is prefilled once (:meth:`Gates.probe_first_prompt`), the probe picks the
-response prefill, and generation resumes from that prefill state, exactly as toolwise's agent loop does; later
+OpenAI-compatible server returns. On a conversation's first turn with ``gates.probe_prefill`` set, the gating layer
+hands :meth:`LocalUpstream.chat` its probe step (:meth:`~.gating.Gater.first_turn`): called here with the backend,
+it prefills the prompt once (:meth:`Gates.probe_first_prompt`), decides, and returns the prompt, the prefill state
+and the response prefill, and generation resumes from that state, exactly as toolwise's agent loop does; later
 turns are plain generations. The messages become the loop's prompt through the runtime API's converter
-(:mod:`data_builders.runtime.messages`), so the policy sees what it sees inside toolwise. The returned assistant
+(:mod:`runtime.messages`), so the policy sees what it sees inside toolwise. The returned assistant
 content is the model's raw text (the prefill included, as the loop keeps it) and a call in it is also returned
 as structured ``tool_calls``; a call the model wrote malformed stays text (the gating layer counts it in
 ``toolwise_malformed_calls_total``), never an error.
@@ -17,7 +18,7 @@ from __future__ import annotations
 import time
 import uuid
 from functools import partial
-from typing import Any
+from typing import Any, Callable
 
 from anyio import CapacityLimiter, to_thread
 from pydantic import ValidationError
@@ -26,8 +27,7 @@ from data_builders.agent import prompts as P
 from data_builders.agent.parsing import parse_tool_call
 from data_builders.backends.base import SamplingParams
 from data_builders.environments.base import serialize
-from data_builders.runtime.controller_hooks import prefill_text
-from data_builders.runtime.messages import check_tools, episode_from_openai
+from runtime.messages import check_tools, episode_from_openai
 
 from .protocol import APIError, ChatResponse, validation_error
 
@@ -44,32 +44,33 @@ def _stops(value: Any) -> tuple[str, ...]:
     raise APIError(400, "stop: expected a string or a list of strings", code="invalid_request", param="stop")
 
 
-class LocalUpstream:
-    local = True        # the gating layer reads the probe's decisions from its answers (never from an HTTP upstream)
+#: the gating layer's Probe&Prefill step: ``first_turn(backend) -> (prompt, prefill state, response prefill)``; an
+#: empty prompt: render it here (the probe failed), generate without a state
+FirstTurn = Callable[[Any], tuple[str, Any, str]]
 
-    def __init__(self, backend: Any, *, gates: Any = None, call_format: str = "xml", models: list[str] | None = None,
-                 max_tokens: int = 256, temperature: float = 0.0, prefill_style: str = "soft",
-                 on_error: str = "open"):
-        self.backend, self.gates, self.call_format = backend, gates, call_format
+
+class LocalUpstream:
+    local = True        # the policy runs here: the gating layer can probe its first turns (never an HTTP upstream's)
+
+    def __init__(self, backend: Any, *, call_format: str = "xml", models: list[str] | None = None,
+                 max_tokens: int = 256, temperature: float = 0.0):
+        self.backend, self.call_format = backend, call_format
         self.served = list(models or [backend.model_id])
         self.max_tokens, self.temperature = max_tokens, temperature
-        prefill_text("skip", prefill_style, call_format)      # an unknown style fails at start-up, not per request
-        self.prefill_style, self.on_error = prefill_style, on_error
         self.base_url = f"local:{backend.fingerprint}"
         self.limiter = CapacityLimiter(1)
         self.tokenizer = getattr(backend, "tokenizer", None)
 
     @classmethod
-    def from_config(cls, cfg: Any, gates: Any = None) -> "LocalUpstream":
+    def from_config(cls, cfg: Any) -> "LocalUpstream":
         # why here: loading a policy needs transformers (and vLLM for backend=vllm); upstream=http needs neither
         from data_builders.backends.loading import backend_from_config
-        from data_builders.runtime.messages import call_format_of
+        from runtime.messages import call_format_of
 
         backend = backend_from_config(cfg.model, cfg.backend)
-        return cls(backend, gates=gates, call_format=call_format_of(backend.fingerprint),
+        return cls(backend, call_format=call_format_of(backend.fingerprint),
                    models=list(cfg.upstream.models) if cfg.upstream.models else None,
-                   max_tokens=cfg.upstream.max_tokens, temperature=cfg.upstream.temperature,
-                   prefill_style=cfg.gates.prefill_style, on_error=cfg.gates.on_error)
+                   max_tokens=cfg.upstream.max_tokens, temperature=cfg.upstream.temperature)
 
     async def models(self) -> list[str]:
         return list(self.served)
@@ -77,9 +78,11 @@ class LocalUpstream:
     async def aclose(self) -> None:
         return None
 
-    async def chat(self, payload: dict) -> tuple[dict, float]:
+    async def chat(self, payload: dict, first_turn: FirstTurn | None = None) -> tuple[dict, float]:
+        """The chat completion for ``payload`` and its latency in seconds; ``first_turn``: the gating layer's probe
+        step, run in the same worker right before generating (the backend serves one call at a time)."""
         start = time.perf_counter()
-        body = await to_thread.run_sync(partial(self._complete, payload), limiter=self.limiter)
+        body = await to_thread.run_sync(partial(self._complete, payload, first_turn), limiter=self.limiter)
         try:
             ChatResponse.model_validate(body)
         except ValidationError as e:       # our own bug, but the client gets an answer that says so
@@ -96,22 +99,7 @@ class LocalUpstream:
                               top_p=float(payload.get("top_p") or 1.0), stop=(CALL_STOP, *_stops(payload.get("stop"))),
                               seed=int(seed) if isinstance(seed, int) else None)
 
-    def _probe(self, messages: list[dict], tools: list[dict]) -> tuple[dict | None, str, Any, str]:
-        """(decision record, prompt, prefill state, response prefill) on a first turn with a probe loaded."""
-        started = time.perf_counter()
-        try:
-            decision, prompt, state = self.gates.probe_first_prompt(self.backend, messages, tools)
-        except Exception as e:  # noqa: BLE001 - recorded and resolved by on_error, never dropped
-            applied = "none" if self.on_error == "open" else "skip"
-            record = {"gate": "probe_prefill", "action": "error", "error": f"{type(e).__name__}: {e}"[:300],
-                      "applied": applied, "latency_ms": round((time.perf_counter() - started) * 1000, 3)}
-            return record, "", None, "" if applied == "none" else prefill_text("skip", self.prefill_style,
-                                                                                 self.call_format)
-        record = {"gate": "probe_prefill", "action": decision.action, "probability": decision.probability,
-                  "tau": decision.tau, "latency_ms": decision.latency_ms, "applied": decision.action}
-        return record, prompt, state, prefill_text(decision.action, self.prefill_style, self.call_format)
-
-    def _complete(self, payload: dict) -> dict:
+    def _complete(self, payload: dict, first_turn: FirstTurn | None) -> dict:
         messages, tools = payload["messages"], payload.get("tools") or []
         try:
             view = episode_from_openai(messages, tools, call_format=self.call_format).view
@@ -119,10 +107,7 @@ class LocalUpstream:
         except ValueError as e:
             raise APIError(400, f"messages: {e}", code="invalid_messages", param="messages") from e
         params = self._params(payload)
-        first = not any(m.get("role") == "assistant" for m in messages)
-        record, prompt, state, prefill = None, "", None, ""
-        if first and self.gates is not None and getattr(self.gates, "probe_prefill", None) is not None:
-            record, prompt, state, prefill = self._probe(messages, tools)
+        prompt, state, prefill = first_turn(self.backend) if first_turn is not None else ("", None, "")
         if not prompt:
             prompt = self.backend.render(P.template_messages(view.messages), tool_specs)
         gen = self.backend.generate([prompt + prefill], params, prefill_state=state,
@@ -142,8 +127,6 @@ class LocalUpstream:
                 "model": payload.get("model", self.served[0]), "choices": [choice],
                 "usage": {"prompt_tokens": gen.prompt_tokens, "completion_tokens": gen.decode_tokens,
                           "total_tokens": gen.prompt_tokens + gen.decode_tokens}}
-        if record is not None:
-            body["toolwise_upstream"] = {"decisions": [record]}
         return body
 
     def _token(self, token_id: int) -> str:

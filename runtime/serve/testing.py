@@ -17,7 +17,7 @@ from typing import Callable
 import uvicorn
 from fastapi import FastAPI, Request
 
-from data_builders.runtime.controller_hooks import GateDecision
+from runtime.controller_hooks import GateDecision
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -80,7 +80,7 @@ class ScriptedUpstream:
 
 @dataclass
 class ForcedGates:
-    """Gates with the interface of :class:`data_builders.runtime.api.Gates` whose decisions are forced: the next
+    """Gates with the interface of :class:`runtime.api.Gates` whose decisions are forced: the next
     entry of ``tool_actions`` / ``answer_actions`` (then ``default_*``; None: that gate is not loaded). An action
     ``"raise"`` makes the call fail, to test ``on_error``. Records what each call saw in ``seen``."""
     tool_actions: list = field(default_factory=list)

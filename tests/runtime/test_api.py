@@ -17,13 +17,13 @@ from data_builders.backends.base import Backend, Generation
 from data_builders.features import FEATURIZERS
 from data_builders.features.gstep import N_FEATURES
 from data_builders.features.toolgate import EMBEDDING_DIM, structural_names
-from data_builders.runtime.api import SKIPPED_TOOL_MESSAGE, Gates
-from data_builders.runtime.controller_hooks import (GStep, ProbePrefill, ToolGate, gstep_input, probe_input,
-                                                    toolgate_input)
-from data_builders.runtime.messages import answer_episode, to_openai, toolgate_episode
 from data_builders.tasks.schema import Task
+from runtime.api import SKIPPED_TOOL_MESSAGE, Gates
+from runtime.controller_hooks import (GStep, ProbePrefill, ToolGate, gstep_input, probe_input,
+                                      toolgate_input)
+from runtime.messages import answer_episode, to_openai, toolgate_episode
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def calc_task(tid, expr, answer, difficulty="easy"):

@@ -6,8 +6,8 @@ import json
 import pytest
 
 from data_builders.agent import prompts as P
-from data_builders.runtime.messages import (answer_episode, assistant_text, call_format_of, episode_from_openai,
-                                            split_user_prompt, to_openai, toolgate_episode)
+from runtime.messages import (answer_episode, assistant_text, call_format_of, episode_from_openai,
+                              split_user_prompt, to_openai, toolgate_episode)
 
 TOOLS = [{"type": "function", "function": {"name": "evaluate_expression", "parameters": {}}}]
 

@@ -1,4 +1,4 @@
-"""The gated OpenAI-compatible endpoint (data_builders/runtime/serve): gates steering an upstream's turns, the
+"""The gated OpenAI-compatible endpoint (runtime/serve): gates steering an upstream's turns, the
 official ``openai`` client driving an episode through it, and every bad request getting its documented status
 while the server keeps serving. Upstream and gates are test doubles (serve/testing.py): no model, no network
 beyond loopback."""
@@ -20,10 +20,10 @@ from prometheus_client.parser import text_string_to_metric_families  # noqa: E40
 import recipes  # noqa: E402
 from data_builders.agent import prompts as P  # noqa: E402
 from data_builders.environments.base import serialize  # noqa: E402
-from data_builders.runtime.serve import Upstream, create_app  # noqa: E402
-from data_builders.runtime.serve.auth import check_bind, is_loopback, load_api_keys  # noqa: E402
-from data_builders.runtime.serve.testing import (ForcedGates, ScriptedUpstream, agent_reply, free_port,  # noqa: E402
-                                                 serve_in_thread)
+from runtime.serve import Upstream, create_app  # noqa: E402
+from runtime.serve.auth import check_bind, is_loopback, load_api_keys  # noqa: E402
+from runtime.serve.testing import (ForcedGates, ScriptedUpstream, agent_reply, free_port,  # noqa: E402
+                                   serve_in_thread)
 
 REPO = recipes.CONFIG_DIR.rsplit("/", 1)[0]
 TOOLS = [{"type": "function", "function": {"name": "calculator", "description": "arithmetic",
@@ -201,9 +201,9 @@ def test_metrics_count_requests_latencies_and_errors():
 
 @pytest.mark.slow
 def test_the_committed_gates_decide_through_the_endpoint():
-    """The real runtime API (data_builders/runtime/api.py) behind the endpoint, with the reference ToolGate and
+    """The real runtime API (runtime/api.py) behind the endpoint, with the reference ToolGate and
     G-STEP (MiniLM, the embedded policy's tokenizer): real decisions, no gate error."""
-    from data_builders.runtime.serve.__main__ import load_gates
+    from runtime.serve.__main__ import load_gates
 
     ref = recipes.compose("rollout").checkpoints
     cfg = config(f"gates.toolgate={ref.toolgate}", f"gates.g_step={ref.g_step}")
@@ -359,7 +359,7 @@ def test_keys_from_a_file_and_the_bind_rule(tmp_path):
 
 def test_the_command_refuses_to_start_on_a_public_address_without_a_key(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "TOOLWISE_API_KEYS"}
-    r = subprocess.run([sys.executable, "-m", "data_builders.runtime.serve", "host=0.0.0.0", f"port={free_port()}",
+    r = subprocess.run([sys.executable, "-m", "runtime.serve", "host=0.0.0.0", f"port={free_port()}",
                         f"hydra.run.dir={tmp_path}"],
                        cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode != 0 and "refusing to serve on 0.0.0.0 without an API key" in r.stderr

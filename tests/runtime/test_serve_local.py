@@ -14,13 +14,13 @@ import recipes  # noqa: E402
 from controllers import LinearProbe, make_contract  # noqa: E402
 from data_builders.agent.loop import Agent, AgentConfig  # noqa: E402
 from data_builders.features import FEATURIZERS  # noqa: E402
-from data_builders.runtime.api import Gates  # noqa: E402
-from data_builders.runtime.controller_hooks import ProbePrefill, prefill_text  # noqa: E402
-from data_builders.runtime.messages import call_format_of, to_openai  # noqa: E402
-from data_builders.runtime.serve import create_app  # noqa: E402
-from data_builders.runtime.serve.__main__ import build  # noqa: E402
-from data_builders.runtime.serve.local import LocalUpstream  # noqa: E402
 from data_builders.tasks.schema import Task  # noqa: E402
+from runtime.api import Gates  # noqa: E402
+from runtime.controller_hooks import ProbePrefill, prefill_text  # noqa: E402
+from runtime.messages import call_format_of, to_openai  # noqa: E402
+from runtime.serve import create_app  # noqa: E402
+from runtime.serve.__main__ import build  # noqa: E402
+from runtime.serve.local import LocalUpstream  # noqa: E402
 
 MAX_TOKENS = 12
 
@@ -53,8 +53,7 @@ def probes(tiny_backend, tmp_path_factory):
 def local_client(backend, gates, *overrides, style="hard", on_error="open"):
     cfg = recipes.compose("serve", ["upstream=local", f"gates.prefill_style={style}",
                                     f"gates.on_error={on_error}", *overrides])
-    upstream = LocalUpstream(backend, gates=gates, call_format=call_format_of(backend.fingerprint),
-                             max_tokens=MAX_TOKENS, prefill_style=style, on_error=on_error)
+    upstream = LocalUpstream(backend, call_format=call_format_of(backend.fingerprint), max_tokens=MAX_TOKENS)
     return TestClient(create_app(cfg, gates, upstream))
 
 
@@ -129,6 +128,15 @@ def test_a_failing_probe_is_recorded_and_resolved_by_on_error(tiny_backend, prob
         assert 'toolwise_gate_errors_total{gate="probe_prefill"} 1.0' in client.get("/metrics").text
 
 
+def test_an_unknown_prefill_style_fails_when_the_app_is_built(tiny_backend):
+    """The response prefill is the gating layer's (``gates.prefill_style``): a style it cannot write fails when the
+    app is built, before any request, not on the first probed turn."""
+    cfg = recipes.compose("serve", ["upstream=local", "gates.prefill_style=loud"])
+    upstream = LocalUpstream(tiny_backend, call_format=call_format_of(tiny_backend.fingerprint))
+    with pytest.raises(ValueError, match="prefill style 'loud'"):
+        create_app(cfg, None, upstream)
+
+
 def test_bad_messages_get_a_400_naming_the_problem(tiny_backend):
     with local_client(tiny_backend, None) as client:
         r = client.post("/v1/chat/completions", json={
@@ -146,7 +154,7 @@ def test_config_builds_a_local_upstream_and_refuses_a_probe_over_http(tiny_model
     cfg = recipes.compose("serve", ["upstream=local", "model=hf", f"model.name={tiny_model_dir}",
                                     f"gates.probe_prefill={probes['use']}", "gates.strict=false"])
     gates, upstream = build(cfg)
-    assert isinstance(upstream, LocalUpstream) and upstream.gates is gates and gates.probe_prefill is not None
+    assert isinstance(upstream, LocalUpstream) and gates.probe_prefill is not None
     assert upstream.base_url == f"local:{upstream.backend.fingerprint}"
     with pytest.raises(ValueError, match="needs upstream=local"):
         build(recipes.compose("serve", [f"gates.probe_prefill={probes['use']}"]))

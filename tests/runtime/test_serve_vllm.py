@@ -18,10 +18,10 @@ from data_builders.backends.chat import tool_system_block  # noqa: E402
 from data_builders.backends.loading import model_directory  # noqa: E402
 from data_builders.environments import make_environment  # noqa: E402
 from data_builders.environments.base import serialize  # noqa: E402
-from data_builders.runtime.api import SKIPPED_TOOL_MESSAGE, VERIFY_PROMPT  # noqa: E402
-from data_builders.runtime.serve import Upstream, create_app  # noqa: E402
-from data_builders.runtime.serve.testing import ForcedGates, serve_in_thread  # noqa: E402
 from data_builders.tasks import load_tasks  # noqa: E402
+from runtime.api import SKIPPED_TOOL_MESSAGE, VERIFY_PROMPT  # noqa: E402
+from runtime.serve import Upstream, create_app  # noqa: E402
+from runtime.serve.testing import ForcedGates, serve_in_thread  # noqa: E402
 from recipes import compose  # noqa: E402
 from tests.vllm_server import vllm_server  # noqa: E402
 

@@ -127,7 +127,7 @@ def command_of(cfg) -> str:
 def run_fit(cfg) -> Path:
     """What ``trainers.fit``'s main does after composing: the recipe function with the run's state."""
     from trainers.controller.fit import fit
-    from trainers.fit import RunInfo
+    from trainers.recipe import RunInfo
 
     run = RunInfo(dir=Path(cfg.recipe.export_dir).parent / "run", command=command_of(cfg),
                   report_to=("wandb",) if cfg.logger.name == "wandb" else ())

@@ -11,8 +11,8 @@ from huggingface_hub import ModelCard
 from safetensors.torch import load_file
 
 from recipes import compose
-from trainers.fit import RunInfo
 from trainers.policy.rewards import correctness, otc, otc_tool_score, pte_cost, reward_setup
+from trainers.recipe import RunInfo
 
 
 # ---------------------------------------------------------------------------- rewards

@@ -25,8 +25,9 @@ from safetensors.torch import load_file
 
 import trainers
 from recipes import compose
-from trainers.fit import RunInfo, rank_overrides
+from trainers.fit import rank_overrides
 from trainers.policy.rewards import fewest_correct_calls, otc
+from trainers.recipe import RunInfo
 
 REPO = Path(trainers.__file__).resolve().parents[1]
 EXPORT_FILES = {"adapter_config.json", "adapter_model.safetensors", "README.md", "metrics.json", "train_config.yaml"}

@@ -8,7 +8,7 @@ from huggingface_hub import ModelCard
 from safetensors.torch import load_file
 
 from recipes import compose
-from trainers.fit import RunInfo
+from trainers.recipe import RunInfo
 
 
 def composed(tmp_path, model_dir, *overrides):

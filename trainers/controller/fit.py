@@ -29,7 +29,7 @@ from trainers.controller.logger import finish, is_wandb, log_artifact, make_logg
 from trainers.controller.metrics import grouped_metrics, metrics_table
 from trainers.controller.points import decision_points
 from trainers.controller.training import SPLITS, new_controller, raw_logits, split_tensors, train
-from trainers.fit import Fitted, RunInfo
+from trainers.recipe import Fitted, RunInfo
 
 
 def calibrate(controller: Controller, cal: DictConfig, val_x, val_y) -> dict:

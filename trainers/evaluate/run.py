@@ -46,9 +46,9 @@ from data_builders.features import FEATURIZERS
 from data_builders.features.probe import probe_features
 from data_builders.metrics.patterns import count_patterns
 from data_builders.metrics.pte import PTEConfig, trajectory_pte
-from data_builders.runtime.controller_hooks import Cascade, GStep, ProbePrefill, ToolGate, checked, prefill_text
 from data_builders.tasks.schema import task_key
 from recipes import CONFIG_DIR
+from runtime.controller_hooks import Cascade, GStep, ProbePrefill, ToolGate, checked, prefill_text
 from trainers.evaluate.cache import TrajectoryCache, file_digest
 from trainers.evaluate.report import COLUMNS, metric_rows, write_report
 from trainers.tracking import log_report, report_job

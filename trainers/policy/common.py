@@ -33,7 +33,7 @@ from trl import ModelConfig, get_peft_config
 from data_builders.backends.loading import (EMBEDDED_ALIASES, EMBEDDED_ID, model_directory, resolve_adapter,
                                             resolve_device, resolve_dtype)
 from data_builders.tasks import Task, load_tasks
-from trainers.fit import RunInfo
+from trainers.recipe import RunInfo
 from trainers.tracking import set_run_group
 
 

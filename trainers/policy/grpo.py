@@ -64,10 +64,10 @@ from data_builders.backends.openai_backend import OpenAIBackend
 from data_builders.backends.vllm_backend import VLLMBackend
 from data_builders.metrics.pte import PTEConfig
 from data_builders.tasks.schema import task_key
-from trainers.fit import Fitted, RunInfo
 from trainers.policy.common import (adapter_card, export_adapter, load_policy, shared_run, train, train_tasks,
                                     trainer_args)
 from trainers.policy.rewards import fewest_correct_calls, reward_setup
+from trainers.recipe import Fitted, RunInfo
 
 log = logging.getLogger(__name__)
 

@@ -33,10 +33,10 @@ from omegaconf import DictConfig
 from trl import SFTConfig, SFTTrainer
 
 from data_builders.oracle.sft import DirectRule, build_examples
-from trainers.fit import Fitted, RunInfo
 from trainers.policy.common import (adapter_card, export_adapter, load_policy, shared_run, train, train_tasks,
                                     trainer_args)
 from trainers.policy.tokenization import ConversationTooLong, tokenize_conversation
+from trainers.recipe import Fitted, RunInfo
 
 log = logging.getLogger(__name__)
 
