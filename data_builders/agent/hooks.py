@@ -1,4 +1,4 @@
-"""The agent's three controller hook points (DESIGN.md, "The agent loop and its three hooks").
+"""The agent's three controller hook points (docs/architecture.md#the-agent-loop-and-its-three-hooks).
 
 Defaults are no-ops, so an agent without controllers behaves exactly like the prompt-mode baseline.
 A controller-backed hook subclasses :class:`Hooks` and overrides what it needs; features must come

@@ -1,5 +1,5 @@
-"""The agent loop: When2Tool's protocol (SPEC §5) with toolwise's three hook points, run for many
-tasks at once.
+"""The agent loop: When2Tool's protocol (docs/guide.md#when2tool-the-protocol-state-machine) with toolwise's
+three hook points, run for many tasks at once.
 
 Episodes advance in lock-step rounds: every round, each episode still running contributes one prompt
 and all of them are generated as one batch; finished episodes are replaced from the queue so the batch
@@ -32,7 +32,7 @@ TOOL_ACCESS = ("real", "noop", "hidden")
 class AgentConfig:
     mode: str = "default"              # force | default | necessary | sparse | no_tool | hard_no_tool | cot
     reasoning: bool = False            # Reason-then-Act
-    call_format: str = "auto"          # xml | native | auto (native iff the model id contains "llama", SPEC §5.1)
+    call_format: str = "auto"          # xml | native | auto (native iff the model id contains "llama", as When2Tool)
     max_rounds: int = 10
     max_new_tokens: int = 256
     temperature: float = 0.0
@@ -49,7 +49,7 @@ class AgentConfig:
     tool_access: str = "real"          # real | noop (calls run the protocol, return P.NOOP_CALL_RESULT) |
                                        # hidden (no schemas rendered, calls rejected with P.TOOLS_UNAVAILABLE)
     max_tool_calls: int | None = None  # executed (or no-op) calls allowed per episode; more are rejected
-    reasoning_check: bool = True       # False: free text allowed before calls and answers (SPEC §5.4 checks off)
+    reasoning_check: bool = True       # False: free text allowed before calls and answers (reasoning checks off)
     # Once a call opens, decode it under the episode's tool schemas (backends/grammar.py; needs xgrammar). It
     # changes what a benchmark measures, so it is part of the evaluator's cache key and report like any setting.
     constrained_calls: bool = False
@@ -94,7 +94,7 @@ class _Episode:
     executed: set = field(default_factory=set)
     counts: dict = field(default_factory=lambda: {"tool_calls": 0, "skipped_calls": 0, "rejected_calls": 0,
                                                   "malformed_calls": 0, "format_errors": 0})
-    generation_tokens: int = 0              # When2Tool token_cost terms (SPEC §6)
+    generation_tokens: int = 0              # When2Tool token_cost terms (docs/guide.md#when2tool-scoring)
     appended_tokens: int = 0
 
     def view(self, mode: str) -> EpisodeView:
@@ -106,7 +106,7 @@ class Agent:
         self.backend = backend
         self.cfg = config or AgentConfig()
         self.hooks = hooks or Hooks()
-        # When2Tool's harness raises Python's int->str limit to 10,000 digits (SPEC §2.2); tool results
+        # When2Tool's harness raises Python's int->str limit to 10,000 digits; tool results
         # of 4,301..5,000 digits are valid payloads only under that limit.
         if sys.get_int_max_str_digits() < 10_000:
             sys.set_int_max_str_digits(10_000)
@@ -244,7 +244,7 @@ class Agent:
                 # A verification round that never re-answered keeps the answer it was verifying.
                 ep.final_response = ep.pending_answer or ""
 
-    # ------------------------------------------------------------------ the state machine (SPEC §5.4)
+    # ------------------------------- the state machine (docs/guide.md#when2tool-the-protocol-state-machine)
     def _say(self, ep: _Episode, raw: str, *replies: dict) -> None:
         ep.messages.append({"role": "assistant", "content": raw})
         for r in replies:
@@ -256,7 +256,8 @@ class Agent:
 
     def _step(self, ep: _Episode, raw: str) -> None:
         cfg, c = self.cfg, ep.counts
-        # SPEC: prefilled episodes skip reasoning checks; so do cot (reasoning is its point) and reasoning_check=False
+        # As in the benchmark, prefilled episodes skip the reasoning checks; so do cot (reasoning is its point)
+        # and reasoning_check=False
         lenient = ep.prefilled or ep.verifying or not cfg.reasoning_check or cfg.mode == P.COT_MODE
         call = parse_tool_call(raw)
         if call is not None:

@@ -1,14 +1,16 @@
-"""Classifying one model turn: tool call or content (SPEC §5.3), and the "reasoning present" test (§5.4).
+"""Classifying one model turn: tool call or content (docs/guide.md#when2tool-tool-call-formats-and-parsing), and the
+"reasoning present" test (docs/guide.md#when2tool-the-protocol-state-machine).
 
 Model output is untrusted: no function here raises because of the text it is given (only an
 invalid ``kind`` argument, a programming error, raises). Decoding errors of every kind (``ValueError``, ``SyntaxError``, ``RecursionError`` and
 ``MemoryError`` from deeply nested brackets, int-to-str digit limits) mean "this candidate is not a
 call", so the turn falls through to the next candidate or to content.
 
-Choices where SPEC is silent (our best reading of the original harness, not checked against it):
+Choices where the benchmark's rule leaves a detail open (our best reading of the original harness, not checked
+against it):
 
 * A non-string ``name`` (``{"name": 7}``, ``{"name": null}``) is converted with ``str()`` rather
-  than rejected. SPEC accepts "an object with name", and routing such a call yields the
+  than rejected. The rule accepts "an object with a name", and routing such a call yields the
   "Tool None not available in this task." failure, which still counts as a routed call. Using
   ``str()`` reproduces the same message and the same count, and downstream code only ever sees a
   ``str``.
@@ -35,10 +37,10 @@ TOOL_CALL_OPEN = "<tool_call>"
 TOOL_CALL_CLOSE = "</tool_call>"
 BOXED_OPEN = "\\boxed{"
 
-# Far above any single model turn (max_new_tokens 2048, SPEC §5.1). Only a bound on parse time.
+# Far above any single model turn (the benchmark generates at most 2048 tokens). Only a bound on parse time.
 MAX_LITERAL_CHARS = 100_000
 
-# SPEC §5.4: reasoning needs at least this many characters after normalisation.
+# The benchmark's threshold: reasoning needs at least this many characters after normalisation.
 MIN_REASONING_CHARS = 12
 
 _ASCII_LETTER = re.compile(r"[A-Za-z]")
@@ -57,7 +59,8 @@ class ToolCall:
 
 
 def _decode(candidate: str) -> Any:
-    """Strict JSON, then JSON with ' -> ", then a JSON-serialisable Python literal (SPEC §5.3).
+    """Strict JSON, then JSON with ' -> ", then a JSON-serialisable Python literal (the
+    benchmark's order).
 
     The first decoder that succeeds decides the value, so ``_NOT_DECODED`` only when all fail.
     """
@@ -153,7 +156,7 @@ def _candidates(cleaned: str):
 
 
 def parse_tool_call(text: str) -> ToolCall | None:
-    """Return the turn's tool call, or None if it is content (SPEC §5.3). Never raises."""
+    """Return the turn's tool call, or None if it is content. Never raises."""
     if not isinstance(text, str):
         return None
     try:
@@ -173,7 +176,7 @@ def parse_tool_call(text: str) -> ToolCall | None:
 
 
 def has_boxed(text: str) -> bool:
-    """True if the content contains ``\\boxed{`` (a candidate final answer, SPEC §5.4)."""
+    """True if the content contains ``\\boxed{`` (a candidate final answer)."""
     return isinstance(text, str) and BOXED_OPEN in text
 
 
@@ -208,7 +211,7 @@ def _is_reasoning(segment: str) -> bool:
 
 
 def reasoning_present(text: str, *, kind: str) -> bool:
-    """SPEC §5.4 "reasoning present" test on the raw turn text.
+    """The benchmark's "reasoning present" test on the raw turn text.
 
     ``kind="call"``: the text before ``<tool_call>``; without a tag, the text before the first
     ``{`` (absent when there is no ``{`` or it is the first character).

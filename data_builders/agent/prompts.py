@@ -1,6 +1,7 @@
-"""Prompt texts of the agent protocol (When2Tool, SPEC §5.2 and §5.4).
+"""Prompt texts of the agent protocol (When2Tool's modes: docs/guide.md#when2tool-prompt-modes; the messages
+appended during an episode: docs/guide.md#when2tool-the-protocol-state-machine).
 
-The wording is a paraphrase of the When2Tool originals (SPEC says so too); every string lives here so a
+The wording is a paraphrase of the When2Tool originals; every string lives here so a
 user reproducing the paper exactly can swap this one module's constants.
 """
 from __future__ import annotations
@@ -16,6 +17,13 @@ ALL_MODES = MODES + (COT_MODE,)
 # When2Tool's names for the same modes, accepted as aliases.
 MODE_ALIASES = {"force_tool": "force", "current": "default", "necessary_tool": "necessary", "sparse_tool": "sparse"}
 CALL_FORMATS = ("xml", "native")
+
+
+def auto_call_format(model_id: str) -> str:
+    """What ``call_format="auto"`` resolves to for a policy: ``native`` (Llama 3.1's JSON calls) when the model
+    id contains "llama", as When2Tool's harness decides, else ``xml``. The agent loop and the runtime (which
+    reads a policy fingerprint) both ask this one function."""
+    return "native" if "llama" in model_id.lower() else "xml"
 
 
 def canonical_mode(mode: str) -> str:
@@ -65,7 +73,7 @@ def user_prompt(instruction: str, mode: str, reasoning: bool) -> str:
     return f"{instruction}\n\nResponse policy (required every turn):\n{policy}"
 
 
-# ---- messages appended during an episode (SPEC §5.4); all are user-role messages
+# ---- messages appended during an episode (the benchmark's state machine); all are user-role messages
 TOOLS_UNAVAILABLE = "Tools are unavailable for this task. Answer directly and put the final answer in \\boxed{}."
 MISSING_REASONING_CALL = "Your tool call lacks reasoning. Write a short reasoning first, then make the tool call."
 NO_REASONING_CALL = "Reasoning is not allowed here. Reply with the tool call only."
@@ -106,7 +114,8 @@ def tool_response_message(payload_json: str, call_format: str) -> dict:
 
 
 def initial_messages(instruction: str, env_name: str, mode: str, reasoning: bool, call_format: str) -> list[dict]:
-    """SPEC §5.2: the system prompt, ListManipulation's format contract, and the user message with its policy.
+    """The benchmark's opening: the system prompt, ListManipulation's format contract, and the user message with
+    its policy.
     Mode ``cot``: the math-solver system prompt and the step-by-step instruction, no tool wording at all."""
     if canonical_mode(mode) == COT_MODE:
         return [{"role": "system", "content": COT_SYSTEM},
@@ -130,7 +139,7 @@ def template_messages(messages: list[dict]) -> list[dict]:
 def tool_call_text(name: str, arguments: dict, call_format: str) -> str:
     """The canonical assistant text of one tool call, which ``parsing.parse_tool_call`` reads back.
 
-    xml: one ``<tool_call>`` block with a JSON object (SPEC §5.2). native: Llama 3.1's JSON
+    xml: one ``<tool_call>`` block with a JSON object, as the system prompt asks. native: Llama 3.1's JSON
     convention ``{"name": ..., "parameters": {...}}``.
     """
     if call_format == "native":

@@ -1,4 +1,4 @@
-"""Trajectory records (DESIGN.md, "Trajectory"): enough to recompute PTE and every metric without
+"""Trajectory records (docs/architecture.md#trajectory): enough to recompute PTE and every metric without
 rerunning the model. Stored as JSONL, one episode per line.
 
 One typed family: :class:`Trajectory` holds the task's metadata, the settings it ran under, the chat
@@ -17,7 +17,7 @@ refused with the version in the message.
 Field by field (JSON key = attribute name, except the evaluator cache's ``_task_key``):
 
 * Task metadata: ``task_id`` (int or str, as the task source gives it), ``env``, ``category``,
-  ``difficulty``, ``split``, ``expected_steps`` (SPEC §6's denominator of the tool-call rate).
+  ``difficulty``, ``split``, ``expected_steps`` (the denominator of When2Tool's tool-call rate).
 * Settings: ``mode``, ``reasoning``, ``call_format``, ``policy`` (backend fingerprint), ``decoding``
   (temperature, top_p, max_new_tokens, seed, max_rounds) and, only when they differ from the defaults, the
   factorized framework's interventions ``tool_access``, ``max_tool_calls``, ``reasoning_check``.
@@ -26,7 +26,7 @@ Field by field (JSON key = attribute name, except the evaluator cache's ``_task_
   (= number of turns), ``ended`` (answer | max_rounds | context_length | duplicate_call), the counters
   ``tool_calls`` (executed or no-op calls), ``skipped_calls``, ``rejected_calls``, ``malformed_calls``,
   ``format_errors``, and When2Tool's cost terms ``generation_tokens``, ``appended_prompt_tokens``,
-  ``token_cost`` (SPEC §6).
+  ``token_cost`` (docs/guide.md#when2tool-scoring).
 * Added by the evaluator: ``probe_p`` (a composed Probe&Prefill arm's probe probability, never cached) and
   ``task_key`` (JSON ``_task_key``: the cache's per-task key, written last).
 """
@@ -50,7 +50,8 @@ ROLES = ("system", "user", "assistant", "tool")
 
 
 def error_kind(payload: dict) -> str | None:
-    """Classify a tool payload (SPEC §2.2 pipeline step that produced it); None when it succeeded."""
+    """Classify a tool payload by the step of the tool runtime's pipeline that produced it; None when it
+    succeeded."""
     if payload.get("success", True) is not False:
         return None
     msg = str(payload.get("message", ""))

@@ -1,4 +1,4 @@
-"""What every LLM backend offers the agent loop (DESIGN.md, "Backend").
+"""What every LLM backend offers the agent loop (docs/architecture.md#backend).
 
 A backend works on *rendered* prompts (chat template already applied, any response prefill already
 appended), so the agent loop owns the conversation and the backend owns only tokens and compute.

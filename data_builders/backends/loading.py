@@ -259,7 +259,7 @@ def _vllm_from_config(model: Any, backend: Any):
     path, mid = model_directory(model.name, gguf_file=model.get("gguf_file"), adapter=model.get("adapter"),
                                 dtype=dtype)
     # The probe read's HF copy: vLLM 0.x exposes no intermediate layers to an offline LLM (docs/guide.md,
-    # "Scaling out"), so the probe reads a base-model copy (no LM head, no KV cache kept) on the GPU beside vLLM
+    # "Engines"), so the probe reads a base-model copy (no LM head, no KV cache kept) on the GPU beside vLLM
     # (lower gpu_memory_utilization by its size) or wherever backend.probe_device says, in model.dtype for that device.
     hf_device = backend.get("probe_device") or device
     return VLLMBackend(path, model_id=mid, adapter=model.get("adapter"), dtype=dtype,

@@ -1,4 +1,5 @@
-"""The featurizers: the only code that turns a decision moment into a controller input (DESIGN.md).
+"""The featurizers: the only code that turns a decision moment into a controller input
+(docs/architecture.md#dependency-direction).
 
 The labelers call them at build time and the agent hooks at run time, so a controller always sees features
 computed by the same function on the same state. One per decision point:

@@ -1,16 +1,16 @@
-"""When2Tool answer scoring and token cost (SPEC §6), quirks included.
+"""When2Tool answer scoring and token cost (docs/guide.md#when2tool-scoring), quirks included.
 
 The quirks are deliberate: results must be comparable with the published When2Tool numbers, so
 ``"1"`` matches gold ``"True"``, ``"8400"`` fails gold ``"8,400"`` and an empty ``\\boxed{}``
 scores the whole response. None of these functions raises on model output.
 
-Rules where SPEC is silent, chosen so that every verdict of the original's scorer listed in
-issue 20 (items 1-5, a differential test against the original code) comes out the same:
+Rules the benchmark settles by example rather than by rule, chosen so that every verdict of the original's scorer
+that a differential test against its code found comes out the same:
 
 * Box content is stripped. A box with *no* content (``\\boxed{}``, or a ``\\boxed{`` at the very
-  end) returns the whole text (SPEC §6); a box holding only whitespace (``\\boxed{ }``) returns ""
+  end) returns the whole text (as the original); a box holding only whitespace (``\\boxed{ }``) returns ""
   like the original, and "" never scores correct (it is not a literal, and an empty gold is false).
-* String normalisation inside structured values (SPEC §6 step 1): the string is stripped
+* String normalisation inside structured values (the structured pass): the string is stripped
   (``str.strip``), then it becomes an int if it fully matches ``[+-]?\\d+`` and a float if it fully
   matches ``[+-]?\\d*\\.\\d+``; otherwise it stays the stripped string. ``\\d`` is Python's Unicode
   digit class and ``int``/``float`` accept the same digits, so ``'٣'`` is 3 (original). The float
@@ -32,12 +32,12 @@ from typing import Any
 
 BOXED_OPEN = "\\boxed{"
 
-# SPEC §6: prefill tokens (tool responses, rejections, "Continue") weigh 0.2 of a generated token.
+# When2Tool's token cost: prefill tokens (tool responses, rejections, "Continue") weigh 0.2 of a generated token.
 PREFILL_WEIGHT = 0.2
 
 # \d on a str pattern is Unicode Nd, the digits int()/float() accept (the original converts '٣' to 3).
 _INT_STR = re.compile(r"[+-]?\d+")
-# A digit after the point is required: the original keeps '1.' a string (issue 20 item 4).
+# A digit after the point is required: the original keeps '1.' a string.
 _FLOAT_STR = re.compile(r"[+-]?\d*\.\d+")
 _LATEX_WRAPPER_OPEN = re.compile(r"\\(?:text|mathrm)\s*\{")
 _NOT_STRUCTURED = object()
@@ -75,8 +75,8 @@ def extract_boxed(text: str) -> str:
     if span is None:
         return ""
     begin, i = span
-    # Emptiness is tested before stripping: "\boxed{}" gives the whole text (SPEC §6), "\boxed{ }"
-    # gives "" (the original, issue 20 item 5).
+    # Emptiness is tested before stripping: "\boxed{}" gives the whole text, "\boxed{ }" gives "" (both
+    # as the original).
     content = text[begin:i]
     return content.strip() if content else text
 
@@ -87,7 +87,7 @@ def _normalise(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _normalise(v) for k, v in value.items()}
     if isinstance(value, str):
-        # The original compares strings inside structures stripped (issue 20 item 2).
+        # The original compares strings inside structures stripped.
         value = value.strip()
         number = parse_number(value)
         return value if number is None else number
@@ -95,7 +95,7 @@ def _normalise(value: Any) -> Any:
 
 
 def parse_number(text: str) -> int | float | None:
-    """The original's string-to-number rule (issue 20 items 2-4): an int if ``text`` fully matches
+    """The original's string-to-number rule: an int if ``text`` fully matches
     ``[+-]?\\d+``, a float if ``[+-]?\\d*\\.\\d+``, else None (so ``'1.'`` and ``'1e3'`` stay strings).
     No stripping: callers strip where the original does. The one number grammar: G-STEP's answer features
     read answers through it too (data_builders/features/gstep.py)."""
@@ -158,7 +158,7 @@ def normalize_scalar(text: str) -> str:
 
 
 def compare_values(pred: str, gold: str) -> bool:
-    """SPEC §6: structured pass (``==`` on normalised literals) if both parse, else scalar pass."""
+    """The benchmark's comparison: structured pass (``==`` on normalised literals) if both parse, else scalar pass."""
     if not isinstance(pred, str) or not isinstance(gold, str):
         return False
     p, g = _structured(pred), _structured(gold)
@@ -184,5 +184,5 @@ def is_correct(final_response: str, gold: str) -> bool:
 
 
 def token_cost(generation_tokens: int, prefill_tokens: int) -> float:
-    """SPEC §6: generation_tokens + 0.2 × prefill_tokens."""
+    """When2Tool's token cost: generation_tokens + 0.2 × prefill_tokens."""
     return float(generation_tokens) + PREFILL_WEIGHT * float(prefill_tokens)

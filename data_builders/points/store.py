@@ -1,4 +1,4 @@
-"""Decision-point datasets on disk (DESIGN.md, "Decision-point dataset"): a manifest, parquet point tables and
+"""Decision-point datasets on disk (docs/architecture.md#decision-point-dataset): a manifest, parquet point tables and
 safetensors feature tensors, written shard by shard so a killed build resumes without loss or duplicates.
 
 Layout of a dataset directory::
@@ -21,8 +21,8 @@ swapped, copied-in or foreign-identity files), so rerunning the build repairs ex
 ``load_points`` reads all shards back (``datasets`` for the table) after checking them against the manifest:
 the shard list, every file's sha256, the point counts. It refuses a dataset that differs, naming each file and
 what was expected. Datasets written before hashes existed (no shard list in the manifest) still load, with
-their shard list, files and counts checked and a warning that the hashes are absent. DESIGN.md names one
-``points.parquet``; the table is sharded here because a single file cannot be appended atomically.
+their shard list, files and counts checked and a warning that the hashes are absent. The table is sharded
+rather than one ``points.parquet`` because a single parquet file cannot be appended atomically.
 """
 from __future__ import annotations
 
