@@ -65,9 +65,8 @@ class Converted:
 
 
 def call_format_of(policy: str | None) -> str:
-    """The loop's rule (``AgentConfig.call_format="auto"``): native iff the model id contains "llama"."""
-    model_id = (policy or "").split("@")[0]
-    return "native" if "llama" in model_id.lower() else "xml"
+    """The loop's ``call_format="auto"`` for the model of a policy fingerprint (``model_id@config``)."""
+    return P.auto_call_format((policy or "").split("@")[0])
 
 
 def _name(i: int | str) -> str:

@@ -32,7 +32,7 @@ TOOL_ACCESS = ("real", "noop", "hidden")
 class AgentConfig:
     mode: str = "default"              # force | default | necessary | sparse | no_tool | hard_no_tool | cot
     reasoning: bool = False            # Reason-then-Act
-    call_format: str = "auto"          # xml | native | auto (native iff the model id contains "llama", as When2Tool)
+    call_format: str = "auto"          # xml | native | auto (by the model id: prompts.auto_call_format)
     max_rounds: int = 10
     max_new_tokens: int = 256
     temperature: float = 0.0
@@ -111,7 +111,7 @@ class Agent:
         if sys.get_int_max_str_digits() < 10_000:
             sys.set_int_max_str_digits(10_000)
         fmt = self.cfg.call_format
-        self.call_format = ("native" if "llama" in backend.model_id.lower() else "xml") if fmt == "auto" else fmt
+        self.call_format = P.auto_call_format(backend.model_id) if fmt == "auto" else fmt
         positions = getattr(getattr(backend, "config", None), "max_position_embeddings", 32768) or 32768
         self.max_context = self.cfg.max_context or min(int(positions), 32768)
         self._uid = 0

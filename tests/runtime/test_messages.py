@@ -53,6 +53,12 @@ def test_native_format_writes_calls_and_results_as_the_llama_policy_does():
     assert call_format_of("HuggingFaceTB/SmolLM2-135M-Instruct@cf3+checkpoints/llama_adapter") == "xml"
 
 
+def test_call_format_of_asks_the_loops_rule(monkeypatch):
+    asked = []
+    monkeypatch.setattr(P, "auto_call_format", lambda model_id: asked.append(model_id) or "native")
+    assert call_format_of("some/model@abc") == "native" and asked == ["some/model"]
+
+
 def test_raw_text_that_already_holds_the_call_is_kept_verbatim():
     raw = 'Sure.<tool_call>{"name":"evaluate_expression","arguments":{"expression":"1+1"}}</tool_call>'
     from data_builders.agent.parsing import parse_tool_call

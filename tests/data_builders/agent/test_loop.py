@@ -244,6 +244,16 @@ def test_native_format_feeds_tool_role():
     assert t.messages[-2]["role"] == "tool" and t.correct
 
 
+def test_auto_call_format_is_the_prompts_rule(monkeypatch):
+    assert P.auto_call_format("meta-llama/Llama-3.1-8B-Instruct") == "native"
+    assert P.auto_call_format("HuggingFaceTB/SmolLM2-135M-Instruct") == "xml"
+    asked = []
+    monkeypatch.setattr(P, "auto_call_format", lambda model_id: asked.append(model_id) or "native")
+    assert Agent(ScriptedBackend({}), AgentConfig(call_format="auto")).call_format == "native"
+    assert Agent(ScriptedBackend({}), AgentConfig(call_format="xml")).call_format == "xml"
+    assert asked == ["scripted"]
+
+
 def test_bad_mode_is_a_clear_error():
     with pytest.raises(ValueError, match="unknown prompt mode"):
         AgentConfig(mode="sometimes")
