@@ -1,4 +1,5 @@
-"""The When2Tool oracle (SPEC §8): a mechanical policy, its accuracy report and its SFT export."""
+"""The When2Tool oracle (docs/guide.md#when2tool-the-oracle): a mechanical policy, its accuracy report and its SFT
+export."""
 from .base import OracleParseError
 from .core import NON_DETERMINISTIC, OracleRun, OracleStep, run_oracle
 

@@ -2,7 +2,8 @@
 
 Runs the oracle on every task, writes ``oracle_runs.jsonl`` (calls, answer, correct, error per task) and
 prints accuracy per environment × difficulty, ending with
-``oracle_accuracy_deterministic=… tasks=…`` (over the environments SPEC §8 holds to 100%).
+``oracle_accuracy_deterministic=… tasks=…`` (over the environments a mechanical oracle can solve
+exactly).
 """
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
-"""The oracle policy (SPEC §8): parse each instruction, issue the right tool calls, format the answer.
+"""The oracle policy (docs/guide.md#when2tool-the-oracle): parse each instruction, issue the right tool calls, format
+the answer.
 
 A solver is ``solve(task, call) -> str``: it reads ``task.instruction``, calls tools through
-``call(name, arguments) -> payload`` (the task's real environment, through the full SPEC §2.2
+``call(name, arguments) -> payload`` (the task's real environment, through the full tool-runtime
 pipeline; a payload with ``success: false`` raises ``OracleParseError``) and returns the text that goes
 inside ``\\boxed{}``. Solvers live one module per environment in ``solvers/``; each module exports
 ``SOLVERS = {(env_name, multi_step): solve}``; the contract they share is in ``base.py``.
@@ -21,7 +22,7 @@ from ..tasks.schema import Task
 from .base import OracleParseError, Solver
 from .solvers import SOLVERS
 
-# SPEC §8: reading a passage or retrieving by search is not mechanical, and CodeExecutor multi-hop
+# Reading a passage or retrieving by search is not mechanical, and CodeExecutor multi-hop
 # steps 2-3 are prose. These environments are reported but not held to 100%.
 NON_DETERMINISTIC = frozenset({"RetrieverEnv", "HistoricalYearEnv", "GameRuleEnv"})
 
@@ -46,7 +47,7 @@ class OracleRun:
 
     @property
     def deterministic(self) -> bool:
-        """Whether SPEC §8 expects the mechanical oracle to be exact on this task."""
+        """Whether the mechanical oracle can be exact on this task (its answer needs no reading)."""
         if self.task.env.name in NON_DETERMINISTIC:
             return False
         return not (self.task.multi_step and self.task.env.name == "CodeExecutorEnv")

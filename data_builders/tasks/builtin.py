@@ -2,8 +2,8 @@
 
 A fresh clone has no copy of the When2Tool task files, so these generators let the project
 train and test end to end on its own. They follow the When2Tool schema, instruction wording and
-gold formats (SPEC §1.2, §1.3), but the tasks are generated here (one module per environment in
-``generators/``), never copied from the benchmark.
+gold formats (docs/guide.md#when2tool-tasks-and-gold-formats), but the tasks are generated here (one module per
+environment in ``generators/``), never copied from the benchmark.
 
 Guarantees:
 

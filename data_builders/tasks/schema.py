@@ -1,4 +1,4 @@
-"""The Task contract (When2Tool schema, SPEC §1.2) plus toolwise's ``category`` and ``split``.
+"""The Task contract (When2Tool schema, docs/architecture.md#task) plus toolwise's ``category`` and ``split``.
 
 Every task source yields :class:`Task`. Bad records raise :class:`TaskFormatError` naming the
 file, the record and the field, so a user can fix the input without guessing.
@@ -15,7 +15,7 @@ from ..environments import ENVIRONMENTS
 DIFFICULTIES = ("easy", "medium", "hard")
 SPLITS = ("train", "test")
 
-# When2Tool group per environment (SPEC §1.2): A scale, B missing knowledge, C reliable execution.
+# When2Tool group per environment (why a tool helps): A scale, B missing knowledge, C reliable execution.
 ENV_CATEGORY = {
     "CalculatorEnv": "A", "StatisticsEnv": "A", "CountingEnv": "A", "MatrixEnv": "A", "PrimeEnv": "A",
     "RetrieverEnv": "B", "HistoricalYearEnv": "B", "GameRuleEnv": "B", "HashEnv": "B", "DecodingEnv": "B",
@@ -62,7 +62,8 @@ class Task:
 
     @property
     def expected_steps(self) -> int:
-        """SPEC §6: len(expected.steps) when present, else 3 if multi_step, else 1."""
+        """When2Tool's denominator of the tool-call rate: len(expected.steps) when present, else 3 if multi_step,
+        else 1."""
         steps = self.expected.get("steps")
         if steps:
             return len(steps)

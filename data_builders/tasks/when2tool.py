@@ -5,7 +5,7 @@ Directory layout (as in the benchmark repository and ``../shared/data/when2tool`
     tasks_v1_train.json  tasks_v1_test.json  tasks_v1_multihop_train.json  tasks_v1_multihop_test.json
 
 The hub copy ``cesun/When2Tool`` (configs ``single_hop`` / ``multi_hop``, splits train/test) stores flat
-rows whose ``tools``, ``parameters`` and ``steps`` are JSON strings (SPEC §1.2); they are rebuilt into
+rows whose ``tools``, ``parameters`` and ``steps`` are JSON strings; they are rebuilt into
 the task object here so both sources yield identical :class:`Task` values and one set of environments
 serves both.
 """
@@ -70,7 +70,7 @@ def _json_field(row: Mapping[str, Any], name: str, source: str, where: Any, defa
 
 
 def record_from_row(row: Mapping[str, Any], *, source: str, index: int) -> dict[str, Any]:
-    """Rebuild the nested task object (SPEC §1.2) from one flat hub row."""
+    """Rebuild the nested task object (docs/guide.md#when2tool-tasks-and-gold-formats) from one flat hub row."""
     where = row.get("id", index)
     if not isinstance(row.get("env_name"), str):
         raise TaskFormatError(source, where, "env_name", "missing or not a string")

@@ -1,4 +1,4 @@
-"""CalculatorEnv: the expression after the last ": " (single-hop); three chained calls (multi-hop, SPEC §4)."""
+"""CalculatorEnv: the expression after the last ": " (single-hop); three chained calls (multi-hop)."""
 from __future__ import annotations
 
 import re

@@ -1,10 +1,10 @@
-"""CodeExecutorEnv: run the quoted snippet (single-hop); three chained runs (multi-hop, SPEC §4).
+"""CodeExecutorEnv: run the quoted snippet (single-hop); three chained runs (multi-hop).
 
 Single-hop is mechanical: the code between the ``` fences, run once; the answer is the tool's
 ``result`` (stdout without trailing newlines).
 
 Multi-hop steps 2 and 3 are prose ("count the number of 1-bits in binary representation of x
-using a loop"), so this oracle is not exact by construction (SPEC §8). When2Tool writes them from
+using a loop"), so this oracle is not exact by construction. When2Tool writes them from
 a small set of templates; :data:`PROSE` maps each known template to the code a careful programmer
 would write for it, with the previous step's value bound to its variable. An unknown description
 raises :class:`OracleParseError`. Each step is its own ``run_code`` call, as a model would do.

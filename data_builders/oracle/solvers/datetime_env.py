@@ -1,4 +1,4 @@
-"""DateTimeEnv: dates written "Month D, YYYY" become YYYY-MM-DD tool arguments (SPEC §8).
+"""DateTimeEnv: dates written "Month D, YYYY" become YYYY-MM-DD tool arguments.
 
 Three phrasings: "How many days are between A and B, Y?" (A may carry its own year, else it
 shares B's), "What date is N days after D?" and "What day of the week is D?".

@@ -1,4 +1,4 @@
-"""DecodingEnv: map each When2Tool phrasing to one encode/decode call (SPEC §1.3, §3.9)."""
+"""DecodingEnv: map each When2Tool phrasing to one encode/decode call."""
 from __future__ import annotations
 
 import re

@@ -1,7 +1,7 @@
 """GameRuleEnv: look up the question itself, then read the number that answers it from the passage.
 
-The lookup is mechanical (SPEC §8: the instruction without " Answer with only the number." is the
-corpus key in 100% of tasks). The reading is not: passages often carry several numbers ("32 black
+The lookup is mechanical (the instruction without " Answer with only the number." is the corpus key
+in 100% of When2Tool's tasks). The reading is not: passages often carry several numbers ("32 black
 squares ... of the 64 total"), and the question may itself contain numbers ("19x19 Go board",
 "110m hurdles") that the passage repeats. The reader therefore prefers a number directly followed
 by the thing counted, skips numbers the question already states, and falls back to the first one.

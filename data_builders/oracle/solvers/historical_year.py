@@ -1,7 +1,7 @@
 """HistoricalYearEnv: look up the event phrase, then read the year from the passage.
 
-The lookup is mechanical (SPEC §8: the phrase between "In what year was " and "?" returns the
-intended entry in 100% of tasks); the reading is not, since passages often contain several
+The lookup is mechanical (the phrase between "In what year was " and "?" returns the intended entry
+in 100% of When2Tool's tasks); the reading is not, since passages often contain several
 numbers. This reader takes the first 3-4 digit number following the event's own wording, else the
 first number in the passage, so its accuracy is reported but not held to 100%.
 """

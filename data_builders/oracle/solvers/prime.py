@@ -1,5 +1,5 @@
 """PrimeEnv: "Is N prime" -> is_prime (``True``/``False``), "the Nth prime" -> nth_prime,
-"prime factorization of N" -> factorize, written ``p^e * q`` (exponent 1 omitted, SPEC §1.3)."""
+"prime factorization of N" -> factorize, written ``p^e * q`` (exponent 1 omitted, the gold format)."""
 from __future__ import annotations
 
 import re

@@ -3,7 +3,7 @@
 The pattern is the raw literal ``r'...'`` and the text the double-quoted string, both taken
 verbatim (texts may contain quotes, tabs and newlines, so the text runs to the *last* closing
 phrase). The answer is ``str()`` of the findall list (tuples for multi-group patterns) or the
-matched string for search/match (SPEC §1.3, §8).
+matched string for search/match (the gold formats).
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """RetrieverEnv: search the corpus, read the best-titled document, pick the answer phrase out of it.
 
-Neither half is mechanical (SPEC §8). The tool ranks titles by substring hits of raw tokens, so the
-solver searches with the question's content words only (no "spain?"-style punctuation, no "of"
+Neither half is mechanical (docs/guide.md#when2tool-the-oracle). The tool ranks titles by substring hits of raw
+tokens, so the solver searches with the question's content words only (no "spain?"-style punctuation, no "of"
 matching "official") and then re-ranks the returned titles by whole-word overlap with the question.
 The reader relies on how reference documents are written: the first sentence *starts* with the
 answer phrase ("Madrid is the capital of Spain ...", "A melting point of 3,847 degrees Celsius

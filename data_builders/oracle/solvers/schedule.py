@@ -1,4 +1,4 @@
-"""ScheduleEnv: one find_free_slots or check_conflict call; the answer per SPEC §1.3/§8.
+"""ScheduleEnv: one find_free_slots or check_conflict call; the answer in the gold format.
 
 "How many free N-minute/1-hour slots" is the number of maximal free gaps (len of ``result``),
 "List all free slots" is ``str(result)``, "Do any of these meetings overlap?" is

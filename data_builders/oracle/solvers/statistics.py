@@ -1,4 +1,4 @@
-"""StatisticsEnv: one ``compute_stat`` call (two for "range": max, then min), formatted per SPEC §1.3.
+"""StatisticsEnv: one ``compute_stat`` call (two for "range": max, then min), formatted as the gold is.
 
 Formats: "Round to N decimal places" -> exactly N decimals; otherwise an integer when the value is
 whole, else 1 decimal for a median (a half) and 2 decimals for anything else (the easy mean).

@@ -1,4 +1,5 @@
-"""CalculatorEnv tasks (SPEC §1.3): exact integer arithmetic, When2Tool's expression shapes per difficulty."""
+"""CalculatorEnv tasks (docs/guide.md#when2tool-tasks-and-gold-formats): exact integer arithmetic, When2Tool's
+expression shapes per difficulty."""
 from __future__ import annotations
 
 import ast
@@ -102,7 +103,8 @@ MULTIHOP_PREFIX = "Three-step computation: "
 
 
 def _step(r: random.Random, difficulty: str, var: str) -> str:
-    """One follow-up step on ``var`` with an operand sized per difficulty (SPEC §4)."""
+    """One follow-up step on ``var`` with an operand sized per difficulty, as the benchmark's multi-hop
+    chains are."""
     if difficulty == "easy":
         op = r.choice("+-*")
         return f"{var}{op}{r.randint(2, 20) if op != '*' else r.randint(2, 10)}"

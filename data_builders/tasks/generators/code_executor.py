@@ -1,4 +1,5 @@
-"""CodeExecutorEnv tasks (SPEC §1.3, §3.12): "What is the exact output of this Python code?"
+"""CodeExecutorEnv tasks (docs/guide.md#when2tool-tasks-and-gold-formats): "What is the exact output of this Python
+code?"
 
 Easy snippets are one-liners (built-ins, string methods, arithmetic), medium ones comprehensions,
 small loops and collection methods, hard ones loops, recursion and dynamic programming, the same
@@ -459,7 +460,7 @@ def make(difficulty: str, r: random.Random) -> Draw:
 GENERATOR = EnvGenerator("CodeExecutorEnv", "code_executor", tools=lambda difficulty: TOOLS, make=make)
 
 
-# =========================================================================== multi-hop (SPEC §4, env 18)
+# ============================================ multi-hop (env 18, docs/guide.md#when2tool-multi-hop-tasks)
 # ``MULTIHOP_GENERATOR`` (``generate_builtin(hops="multi")``) builds When2Tool-style
 # three-step chains. Step 1 is code; steps 2 and 3 are prose from When2Tool's step templates, each
 # chain family pairing a step-1 snippet with the two step descriptions When2Tool pairs it with (so

@@ -1,4 +1,4 @@
-"""CountingEnv tasks (SPEC §1.3): C(n,k), P(n,k) and n! in symbolic or word form.
+"""CountingEnv tasks (docs/guide.md#when2tool-tasks-and-gold-formats): C(n,k), P(n,k) and n! in symbolic or word form.
 
 Gold values come from plain product loops here (the environment uses ``math.comb``/``math.perm``),
 so the oracle test cross-checks two implementations.

@@ -1,4 +1,4 @@
-"""DateTimeEnv tasks (SPEC §1.3, §3.11): day differences, "N days after" and weekdays.
+"""DateTimeEnv tasks (docs/guide.md#when2tool-tasks-and-gold-formats): day differences, "N days after" and weekdays.
 
 Easy stays inside one month; medium crosses a month or a year end, or leap-year February; hard
 spans decades between 1900 and 2100. Dates are written "Month D, YYYY" as in When2Tool; gold is

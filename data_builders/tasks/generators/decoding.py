@@ -1,6 +1,7 @@
-"""DecodingEnv tasks (SPEC §1.3, §3.9): Morse and ROT13 / Morse and Caesar / custom substitution ciphers.
+"""DecodingEnv tasks (docs/guide.md#when2tool-tasks-and-gold-formats): Morse and ROT13 / Morse and Caesar / custom
+substitution ciphers.
 
-The generator carries its own Morse table and cipher alphabets (written from the SPEC, not imported
+The generator carries its own Morse table and cipher alphabets (written from the benchmark's definitions, not imported
 from the environment) so that gold answers cross-check the environment in the oracle test.
 """
 from __future__ import annotations
@@ -18,7 +19,7 @@ _MORSE_CODES = (".- -... -.-. -.. . ..-. --. .... .. .--- -.- .-.. -- -. --- .--
 _MORSE = dict(zip(string.ascii_uppercase + string.digits, _MORSE_CODES))
 
 _A_Z = string.ascii_uppercase
-_CIPHER_ALPHABETS = {  # image of A..Z under each custom key, SPEC §3.9
+_CIPHER_ALPHABETS = {  # image of A..Z under each custom key (docs/guide.md#when2tool-environments)
     "alpha7": "HIJKLMNOPQRSTUVWXYZABCDEFG",
     "reverse": "ZYXWVUTSRQPONMLKJIHGFEDCBA",
     "scramble1": "QWERTYUIOPASDFGHJKLZXCVBNM",

@@ -1,7 +1,8 @@
-"""HashEnv tasks (SPEC §1.3, §3.8): digests of common strings / short phrases / random strings.
+"""HashEnv tasks (docs/guide.md#when2tool-tasks-and-gold-formats): digests of common strings / short phrases / random
+strings.
 
 Gold comes from ``hashlib`` and a separate implementation of the custom hashes written from the
-SPEC table (not from the environment), so the oracle test cross-checks the two.
+benchmark's table of constants (not from the environment), so the oracle test cross-checks the two.
 """
 from __future__ import annotations
 
@@ -48,7 +49,8 @@ _PHRASES = (
 _MEDIUM_ALGOS = ("SHA256", "SHA1", "MD5")
 _ALNUM = string.ascii_letters + string.digits
 
-# SPEC §3.8 custom hashes as (offset in hex, multiplier in decimal), transcribed from the table.
+# The benchmark's custom hashes as (offset in hex, multiplier in decimal), transcribed from its table
+# (docs/guide.md#when2tool-environments).
 _CUSTOM_SPEC = {
     "FNV1A_CUSTOM": ("cbf29c3a299ccc67", 1099511628249),
     "DJB2_CUSTOM": ("abcd0731", 47),

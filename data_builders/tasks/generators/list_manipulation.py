@@ -1,4 +1,5 @@
-"""ListManipulationEnv tasks (SPEC §1.3, §3.10): one operation on a 1-D or 2-D integer list."""
+"""ListManipulationEnv tasks (docs/guide.md#when2tool-tasks-and-gold-formats): one operation on a 1-D or 2-D integer
+list."""
 from __future__ import annotations
 
 import random
@@ -12,7 +13,7 @@ TOOLS_EASY = ("append", "remove", "insert", "reverse")  # When2Tool hides `sort`
 
 def _apply_list_op(values: list, op: str, *, value: Any = None, index: int | None = None,
                    axis: int | None = None) -> list:
-    """Result of one ListManipulationEnv operation (SPEC §3.10) on int lists, as a new list.
+    """Result of one ListManipulationEnv operation (docs/guide.md#when2tool-environments) on int lists, as a new list.
 
     Only the success paths are needed for gold answers; invalid requests raise ``ValueError``
     with the environment's message so a generator bug cannot silently produce a wrong gold.

@@ -1,5 +1,5 @@
-"""MatrixEnv tasks (SPEC §1.3): determinant or trace of 2x2 (easy) / 3x3 (medium) integer matrices,
-determinant of 4x4 or 5x5 (hard).
+"""MatrixEnv tasks (docs/guide.md#when2tool-tasks-and-gold-formats): determinant or trace of 2x2 (easy) / 3x3
+(medium) integer matrices, determinant of 4x4 or 5x5 (hard).
 
 The gold determinant uses the Leibniz permutation formula here (the environment expands cofactors),
 so the oracle test cross-checks two implementations.

@@ -1,4 +1,4 @@
-"""PrimeEnv tasks (SPEC §1.3): is-prime, n-th prime, factorisation of a composite.
+"""PrimeEnv tasks (docs/guide.md#when2tool-tasks-and-gold-formats): is-prime, n-th prime, factorisation of a composite.
 
 Gold values use plain trial division here (the environment uses Miller-Rabin, Pollard rho and a
 sieve), so the oracle test cross-checks two implementations. Ordinals are always written "<n>th",
@@ -44,7 +44,7 @@ def nth_prime(n: int) -> int:
 
 
 # Per difficulty: is-prime ranges for the "Is N prime?" and "Is N a prime number?" forms, the
-# n-th prime range and the factorisation range (SPEC §1.3: n up to 99 / 999 / 999,999).
+# n-th prime range and the factorisation range (When2Tool's: n up to 99 / 999 / 999,999).
 _RANGES = {
     "easy": ((2, 99), (2, 99), (2, 20), (6, 99)),
     "medium": ((100, 999), (100, 999), (20, 80), (100, 499)),

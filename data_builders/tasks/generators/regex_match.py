@@ -1,4 +1,4 @@
-"""RegexMatchEnv tasks (SPEC §1.3, §3.14): what ``re.findall`` (or ``re.search``) returns.
+"""RegexMatchEnv tasks (docs/guide.md#when2tool-tasks-and-gold-formats): what ``re.findall`` (or ``re.search``) returns.
 
 Easy: ``findall`` or ``search`` with a simple pattern on a short text. Medium: ``findall`` with
 groups, alternations and lookarounds. Hard: ``findall`` on a long generated text (key=value

@@ -1,5 +1,5 @@
-"""RetrieverEnv tasks from shipped fact tables (SPEC §1.3): easy asks well-known facts, medium
-less-known ones ("From local corpus: "), hard invented ones ("From local corpus only: ").
+"""RetrieverEnv tasks from shipped fact tables (docs/guide.md#when2tool-tasks-and-gold-formats): easy asks well-known
+facts, medium less-known ones ("From local corpus: "), hard invented ones ("From local corpus only: ").
 
 Each fact is one reference document (title like "Spain capital city reference", text that states
 the answer phrase verbatim) plus the question it answers. A task's corpus is the target document

@@ -1,5 +1,5 @@
-"""ScheduleEnv tasks (SPEC §1.3, §3.13): free-slot counts and lists, and overlap checks, over a day
-of back-to-back meetings shaped like When2Tool's.
+"""ScheduleEnv tasks (docs/guide.md#when2tool-tasks-and-gold-formats): free-slot counts and lists, and overlap
+checks, over a day of back-to-back meetings shaped like When2Tool's.
 
 Meetings are laid out left to right: the first starts up to an hour after the day starts, each
 lasts 30/45/60/90 minutes, the next one starts 0-60 minutes after the previous one ends, and a

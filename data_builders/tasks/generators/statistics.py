@@ -1,4 +1,5 @@
-"""StatisticsEnv tasks (SPEC §1.3): mean/median/sum/range, population std/variance, Pearson r.
+"""StatisticsEnv tasks (docs/guide.md#when2tool-tasks-and-gold-formats): mean/median/sum/range, population
+std/variance, Pearson r.
 
 Gold answers are computed exactly (``Fraction``, and ``Decimal`` square roots at 50 digits), not
 with the environment's floats. The gold format rounds half-even, like Python's float formatting;
