@@ -6,7 +6,7 @@ Both arms fit the same objective on the train split: standardised features, clas
 an L2 penalty on the weights (scikit-learn ``C = 1 / (l2 · N)``), L-BFGS to convergence. The Lightning arm is
 exactly what ``recipe=probe_prefill`` runs (``trainers.controller.training.train`` on a ``LinearProbe``, or the
 ToolGate gate for a flip dataset); the reference is ``StandardScaler`` + ``LogisticRegression``. Prints the
-wall time of each (best of --repeats, arms alternating) and AUROC on test (and train). Targets (issue 6):
+wall time of each (best of --repeats, arms alternating) and AUROC on test (and train). Targets:
 Lightning time ≤ 2× scikit-learn, test AUROC within 0.005.
 """
 from __future__ import annotations

@@ -5,7 +5,7 @@
          tasks=when2tool tasks.path=../shared/data/when2tool tasks.per_cell=1 limit=null
 
 Both runs are the real ``python -m trainers.evaluate`` in a subprocess (model load included), with a fresh
-temporary cache directory; the second must compute nothing and give identical metrics. Target (issue 7): the
+temporary cache directory; the second must compute nothing and give identical metrics. Target: the
 rerun ≥ 10× faster. Prints both wall times and the ratio, and ends with a key=value line.
 """
 from __future__ import annotations

@@ -5,8 +5,8 @@
 Builds the same probe dataset (builtin tasks, backend hf) three times into fresh directories: ``executor=local``,
 ``executor=ray executor.workers=1`` (the worker gets every core, as the local run does) and ``workers=2`` (one
 core and one torch thread each, so they do not oversubscribe). Startup (engine load; for Ray also the local
-cluster and the actors) is reported apart from throughput (tasks/s over the shards, startup excluded). Target
-(issue 18): Ray with one worker at most 1.15x the local build's time per task. On a 2-core machine two workers
+cluster and the actors) is reported apart from throughput (tasks/s over the shards, startup excluded). Target:
+Ray with one worker at most 1.15x the local build's time per task. On a 2-core machine two workers
 cannot be faster than one; on a GPU cluster each worker holds its own engine. The three datasets must be
 identical (same shard hashes), which is checked too.
 """

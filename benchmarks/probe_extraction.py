@@ -5,7 +5,7 @@
 Both arms see the same rendered first prompts (default mode, the probe's input), the same length-bucketed
 batches and ``logits_to_keep=1``; the extraction arm is ``data_builders.features.probe.probe_features``
 (all 31 hidden-state layers, copied to CPU float32), the bare arm is the model's forward without hidden
-states. Target (issue 5): extraction throughput >= 0.9x the bare pass. Arms alternate, best of --repeats.
+states. Target: extraction throughput >= 0.9x the bare pass. Arms alternate, best of --repeats.
 """
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ loaded model), and the weights a probe-only HF copy beside vLLM holds.
 * ``hooks``: ``HFBackend.prefill`` as shipped: forward hooks keep each row's last position per layer
   (``data_builders/backends/hf.py``, ``last_token_states``).
 * ``output_hidden_states``: the same forward with transformers' ``output_hidden_states=True``, which keeps all
-  n_layers + 1 full [batch, seq, d] states alive until the last slice is taken (toolwise's read before issue 18).
+  n_layers + 1 full [batch, seq, d] states alive until the last slice is taken (toolwise's earlier read).
 * weights: the full causal LM vs the ``probe_only`` base model (no LM head) that a vLLM backend loads for the probe.
 """
 from __future__ import annotations

@@ -3,7 +3,7 @@ time(generate) on the same prompts, side by side, on the embedded model.
 
     python benchmarks/probe_overhead.py [--prompts 32] [--new-tokens 64] [--repeats 3]
 
-Target (issue 18): ratio <= 1.03 for 32 prompts, with identical generated tokens. The probe read keeps only each
+Target: ratio <= 1.03 for 32 prompts, with identical generated tokens. The probe read keeps only each
 row's last-position states (forward hooks, ``data_builders/backends/hf.py``), so what it adds over plain generation
 is one re-fed token per row (``generate`` needs one uncached token): one decode step per batch.
 """

@@ -8,7 +8,7 @@ PATHs are trajectory JSONL files or folders (searched recursively for ``*.jsonl`
 evaluator's cache (``outputs/eval_cache``, see ``recipes/evaluate.yaml``) and ``/tmp/evalcache_before``.
 Each record keeps its final response, gold and verdict (``data_builders/agent/trajectory.py``), and the
 agent loop sets ``correct = is_correct(final_response, gold)``, so re-scoring needs no model: a changed
-verdict means the scorer changed (issue 20: decide whether the evaluator's comparison must be re-run).
+verdict means the scorer changed, and so whether the evaluator's comparison must be re-run.
 
 JSONL files whose records are not trajectories (task files, point stores) are skipped and counted; a
 trajectory file that fails the schema validator is reported with the validator's message (file, line,

@@ -2,7 +2,7 @@
 
     python benchmarks/rollout_throughput.py [--tasks 32] [--mode force] [--max-rounds 3] [--new-tokens 96]
 
-Target (issue 2): batched throughput >= 3x one-at-a-time for 32 tasks. Both runs use the same tasks and
+Target: batched throughput >= 3x one-at-a-time for 32 tasks. Both runs use the same tasks and
 greedy decoding; the script also reports how many trajectories came out identical (batching pads
 prompts, which can flip a near-tied greedy choice in float32 — we report it rather than hide it).
 """

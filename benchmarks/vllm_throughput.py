@@ -5,7 +5,7 @@
 Needs vLLM in the running environment (scripts/install_vllm_cpu.sh on CPUs). Both arms run the same tasks
 (When2Tool test, the first N interleaved over category x difficulty; built-in tasks without --path) with
 the embedded policy, greedy, the same agent settings; the HF arm runs first so vLLM's thread binding
-cannot slow it. Each arm gets a 2-task warm-up first. Target (issue 9): vLLM >= 2x the HF backend with
+cannot slow it. Each arm gets a 2-task warm-up first. Target: vLLM >= 2x the HF backend with
 identical greedy trajectories; the script prints how many trajectories came out identical, and where the
 first difference is for those that did not.
 """
