@@ -20,7 +20,8 @@ from recipes import CONFIG_DIR
 
 from .executors import executor_from_config
 from .features import FEATURIZERS
-from .points.labelers import LABELERS, label_rule
+from .agent.loop import Agent
+from .points.labelers import LABELERS, agent_config, label_rule
 from .points.store import PointStore, load_points, task_hash
 from .tasks import tasks_from_config
 
@@ -68,9 +69,14 @@ def run(cfg: DictConfig, command: str | None = None) -> dict:
     builder = {k: cfg.get(k) for k in ("max_rounds", "max_new_tokens", "call_format", "feature_mode", "layers",
                                        "forced_answer_tokens", "verify_rounds", "commit_mode", "commit_label", "val_fraction", "seed")}
     builder = OmegaConf.to_container(OmegaConf.create(builder), resolve=True)
+    # The agent's own checks, here before the model loads (a float or negative max_new_tokens) and below before
+    # the store is opened (a budget that leaves no room to generate): nothing is written under a bad setting.
+    agent_cfg = agent_config(OmegaConf.create(builder), "default", 1)
     shards = [tasks[i:i + cfg.shard_size] for i in range(0, len(tasks), cfg.shard_size)]
     # The engine loads where the shards run (here, or once per Ray worker); the driver needs only its identity.
     with executor_from_config(cfg.get("executor"), cfg.model, cfg.get("backend")) as executor:
+        # local: the engine itself measures each environment's prompt; ray: its identity gives the context
+        Agent(getattr(executor, "engine", executor.info), agent_cfg).check_tasks(tasks)
         manifest = {"kind": kind, "task_hash": task_hash(tasks), "n_tasks": len(tasks), "n_shards": len(shards),
                     "task_source": OmegaConf.to_container(cfg.tasks, resolve=True),
                     "backend": executor.info.fingerprint, "featurizer": featurizer_id(kind),
@@ -99,6 +105,9 @@ def run(cfg: DictConfig, command: str | None = None) -> dict:
     if extra:
         n = len(ds)
         print("flip classes: " + ", ".join(f"{k} {v} ({v / n:.1%})" for k, v in sorted(extra["flip_classes"].items())))
+    if kind == "probe" and len(ds) < len(tasks):
+        print(f"{len(tasks) - len(ds)} of {len(tasks)} tasks not labelled: their prompt leaves no room for "
+              f"max_new_tokens={cfg.max_new_tokens} in the context (see the warnings above)")
     print(f"dataset: {Path(cfg.out_dir).resolve()}")
     print(f"points={len(ds)} positives={positives} kind={kind}")
     return {"points": len(ds), "positives": positives}

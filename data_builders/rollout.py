@@ -90,6 +90,10 @@ def run(cfg: DictConfig) -> dict:
                "reasoning": agent_cfg.reasoning, "config": OmegaConf.to_container(cfg, resolve=True)}
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     print(summary_table(trajs))
+    if summary["context_exceeded"]:
+        print(f"{summary['context_exceeded']} of {len(trajs)} episodes ended [CONTEXT_LENGTH_EXCEEDED] (scored wrong), "
+              f"{summary['context_exceeded_before_generating']} before generating anything: their prompt leaves no "
+              f"room for max_new_tokens={agent_cfg.max_new_tokens} in the context")
     print(f"trajectories: {path}")
     print(f"accuracy={summary['accuracy']:.4f} tool_calls_per_task={summary['tool_calls_per_task']:.3f} "
           f"format_error_rate={summary['format_error_rate']:.4f} tokens_per_task={summary['tokens_per_task']:.1f} "

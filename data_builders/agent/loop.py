@@ -63,6 +63,12 @@ class AgentConfig:
         if self.max_tool_calls is not None and (isinstance(self.max_tool_calls, bool) or
                                                 not isinstance(self.max_tool_calls, int) or self.max_tool_calls < 0):
             raise ValueError(f"max_tool_calls must be null or an integer >= 0, got {self.max_tool_calls!r}")
+        # A float (``max_new_tokens=1e9`` on a command line) or a count < 1 is a typo, never a budget: refuse it
+        # here, before any model loads, rather than run episodes that cannot generate.
+        for name in ("max_new_tokens", "max_rounds", "max_in_flight") + (("max_context",) if self.max_context is not None else ()):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
     @property
     def tools_hidden(self) -> bool:
@@ -114,6 +120,15 @@ class Agent:
         self.call_format = P.auto_call_format(backend.model_id) if fmt == "auto" else fmt
         positions = getattr(getattr(backend, "config", None), "max_position_embeddings", 32768) or 32768
         self.max_context = self.cfg.max_context or min(int(positions), 32768)
+        # Every round needs prompt + max_new_tokens <= max_context; a budget that fills the context would end every
+        # episode at round 0 with no generation, which downstream reads as a wrong answer (a build labels it
+        # "tool needed"). Refuse it here: this runs on the driver too (``Agent(executor.info)``), before any shard.
+        if self.cfg.max_new_tokens >= self.max_context:
+            raise ValueError(f"max_new_tokens={self.cfg.max_new_tokens} leaves no room for a prompt: the context holds "
+                             f"{self.max_context} tokens (model {backend.model_id}, max_position_embeddings="
+                             f"{positions}, max_context={self.cfg.max_context}); lower max_new_tokens well below "
+                             f"{self.max_context} (a prompt with its tool schemas takes hundreds of tokens)")
+        self._overhead: dict[tuple, int] = {}   # tokens of an episode's first prompt without its instruction
         self._uid = 0
 
     # ------------------------------------------------------------------ public
@@ -153,8 +168,22 @@ class Agent:
                                       self.call_format)
         self._uid += 1
         tools = [] if self.cfg.tools_hidden else env.tool_specs()
+        self._check_room(task, tools)
         return _Episode(task=task, index=index, env=env, tools=tools, messages=messages,
                         rounds_budget=self.cfg.max_rounds, uid=self._uid)
+
+    def check_tasks(self, tasks: Sequence[Task]) -> None:
+        """Raise the error :meth:`run` would raise at its first round if the settings leave no room to generate
+        for one of these tasks' environments (callers check before they write anything). An engine's identity
+        alone (``EngineInfo``, a Ray worker's engine seen from the driver) cannot render prompts: its agents
+        check in their shard, before they generate."""
+        if not callable(getattr(self.backend, "render", None)):
+            return
+        seen = set()
+        for task in tasks:
+            if task.env.name not in seen:
+                seen.add(task.env.name)
+                self._start(task, -1)
 
     def initial_prompt(self, task: Task) -> str:
         """The first prompt of an episode on ``task`` exactly as the loop renders it (the probe reads this)."""
@@ -169,6 +198,33 @@ class Agent:
     def _render(self, ep: _Episode) -> str:
         return self.backend.render(P.template_messages(ep.messages), ep.tools)
 
+    def _check_room(self, task: Task, tools: list[dict]) -> None:
+        """Refuse settings under which no episode of this environment could generate: its first prompt with an
+        empty instruction (system prompt, tool schemas, template) plus ``max_new_tokens`` already fills the
+        context. Measured once per environment and tool set; a task whose own instruction is too long is not a
+        setting error and ends ``context_length`` like in the benchmark."""
+        key = (task.env.name, serialize(tools))
+        if key not in self._overhead:
+            empty = P.initial_messages("", task.env.name, self.cfg.mode, self.cfg.reasoning, self.call_format)
+            self._overhead[key] = self.backend.count_tokens(self.backend.render(P.template_messages(empty), tools))
+        overhead = self._overhead[key]
+        if overhead + self.cfg.max_new_tokens >= self.max_context:
+            raise ValueError(f"max_new_tokens={self.cfg.max_new_tokens} leaves no room to generate: a {task.env.name} "
+                             f"prompt in mode {self.cfg.mode} takes {overhead} tokens before its instruction, and the "
+                             f"context holds {self.max_context} (model {self.backend.model_id}); set max_new_tokens "
+                             f"below {self.max_context - overhead}")
+
+    def fits(self, prompt: str) -> bool:
+        """Whether ``prompt`` leaves ``max_new_tokens`` of room in the context. A prompt too long in characters
+        to fit is refused without tokenizing it (a 10 MB instruction costs ~13 s to tokenize): no token of the
+        vocabulary covers more than the backend's ``max_token_chars`` characters, so such a prompt has at least
+        ``len(prompt) / max_token_chars`` tokens (the bound is halved again for normalizers that merge characters)."""
+        budget = self.max_context - self.cfg.max_new_tokens
+        longest = getattr(self.backend, "max_token_chars", None)
+        if longest and len(prompt) > 2 * longest * budget:
+            return False
+        return self.backend.count_tokens(prompt) <= budget
+
     # ------------------------------------------------------------------ one round for all active episodes
     def _round(self, active: list[_Episode], step: int) -> None:
         cfg = self.cfg
@@ -179,7 +235,7 @@ class Agent:
         probe_eps, plain_eps, probe_prompts, plain_prompts = [], [], [], []
         for ep in active:
             prompt = self._render(ep)
-            if self.backend.count_tokens(prompt) + cfg.max_new_tokens > self.max_context:
+            if not self.fits(prompt):
                 ep.final_response, ep.ended = CONTEXT_EXCEEDED, "context_length"
                 continue
             if ep.round == 0 and self.hooks.hidden_layers is not None:

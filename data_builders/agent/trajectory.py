@@ -356,6 +356,12 @@ class Trajectory:
 
     _OPTIONAL = frozenset({"tool_access", "max_tool_calls", "reasoning_check", "probe_p", "task_key"})
 
+    @property
+    def never_generated(self) -> bool:
+        """The episode ended at [CONTEXT_LENGTH_EXCEEDED] before its first generation: the task's prompt alone
+        leaves no room for ``max_new_tokens`` in the context."""
+        return self.ended == "context_length" and self.rounds == 0
+
     # ------------------------------------------------------------------ JSON
     def to_dict(self) -> dict[str, Any]:
         """The JSONL record, key for key what the agent loop wrote before the typed schema. Nested lists
@@ -485,4 +491,8 @@ def summarize(trajectories: list[Trajectory]) -> dict[str, Any]:
         "prefill_tokens_per_task": sum(sum(tr.prefill_tokens for tr in t.turns) for t in trajectories) / n,
         "token_cost_per_task": sum(t.token_cost for t in trajectories) / n,
         "rounds_per_task": sum(t.rounds for t in trajectories) / n,
+        # Episodes cut off at [CONTEXT_LENGTH_EXCEEDED], and those of them that never generated (the task's prompt
+        # alone overflows the context): scored wrong as in the benchmark, so a run says how many.
+        "context_exceeded": sum(t.ended == "context_length" for t in trajectories),
+        "context_exceeded_before_generating": sum(t.never_generated for t in trajectories),
     }

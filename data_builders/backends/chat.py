@@ -53,3 +53,13 @@ class ChatText:
 
     def count_tokens(self, text: str) -> int:
         return len(self.tokenizer(text, add_special_tokens=False).input_ids)
+
+    @property
+    def max_token_chars(self) -> int:
+        """Characters of the longest vocabulary entry, in the tokenizer's own spelling (byte-level BPE spells each
+        byte as one character, SentencePiece each character as one, byte fallback as six): so a token covers at
+        most this many characters of text, and ``len(text) / max_token_chars`` bounds the token count of ``text``
+        from below without tokenizing it."""
+        if getattr(self, "_max_token_chars", None) is None:
+            self._max_token_chars = max(map(len, self.tokenizer.get_vocab()), default=1) or 1
+        return self._max_token_chars

@@ -1,7 +1,8 @@
 """The three labelers: they run the policy on a chunk of tasks and return (point rows, feature tensors).
 
 Every label follows its seed's definition; every feature comes from ``data_builders.features``, computed
-inside the agent's own hook at the decision moment (the same call the run-time controller makes).
+inside the agent's own hook at the decision moment (the same call the run-time controller makes). Which gate
+each kind's points train: ``data_builders.gates`` (the gate registry reads :data:`LABELERS` by kind).
 
 * ``probe`` (When2Tool, arXiv 2605.09252): one point per task. Features: hidden states of the first prompt in ``feature_mode``
   (the prompt the deployed probe reads). Label ``tool_needed`` = the policy fails the task in
@@ -20,6 +21,7 @@ inside the agent's own hook at the decision moment (the same call the run-time c
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -37,6 +39,7 @@ from ..features.toolgate import embed_texts, structural_names, toolgate_state
 from ..metrics.scoring import is_correct
 from ..tasks.schema import Task
 
+log = logging.getLogger(__name__)
 FORCED_ANSWER_PREFILL = "\\boxed{"
 LABEL_RULES = {
     "probe": "label=1 (tool needed) iff the policy's greedy hard_no_tool episode is incorrect",
@@ -69,11 +72,17 @@ def agent_config(cfg: Any, mode: str, n: int, **over) -> AgentConfig:
 # ---------------------------------------------------------------------------- probe
 def label_probe(backend, tasks: Sequence[Task], splits: Sequence[str], cfg: Any) -> tuple[list[dict], dict]:
     agent = Agent(backend, agent_config(cfg, cfg.feature_mode, len(tasks)))
-    hidden = probe_features(backend, [agent.initial_prompt(t) for t in tasks], cfg.get("layers"))
     trajs = Agent(backend, agent_config(cfg, "hard_no_tool", len(tasks))).run(tasks)
-    rows = [base_row(t, s, str(t.id), not tr.correct) | {"no_tool_answer": tr.answer, "rounds": tr.rounds,
-                                                       "ended": tr.ended}
-            for t, s, tr in zip(tasks, splits, trajs)]
+    # An episode whose first prompt did not fit the context never generated: its "failure" says nothing about
+    # whether the task needs a tool, so it is reported and not labelled (its prompt is not featurized either).
+    keep = [i for i, tr in enumerate(trajs) if not tr.never_generated]
+    if len(keep) < len(tasks):
+        log.warning("probe: %d of %d tasks not labelled, their prompt leaves no room for max_new_tokens=%s in the "
+                    "context: %s", len(tasks) - len(keep), len(tasks), cfg.max_new_tokens,
+                    [str(t.id) for t, tr in zip(tasks, trajs) if tr.never_generated])
+    hidden = probe_features(backend, [agent.initial_prompt(tasks[i]) for i in keep], cfg.get("layers"))
+    rows = [base_row(tasks[i], splits[i], str(tasks[i].id), not trajs[i].correct)
+            | {"no_tool_answer": trajs[i].answer, "rounds": trajs[i].rounds, "ended": trajs[i].ended} for i in keep]
     return rows, {"hidden": hidden}
 
 

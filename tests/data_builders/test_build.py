@@ -59,3 +59,15 @@ def test_resuming_with_another_model_is_refused(tiny_model_dir, tmp_path):
     other = build_tiny_llama(tmp_path / "other", hidden_size=32, num_layers=2)
     proc = subprocess.run(cmd(other, out) + ["limit=1"], cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode != 0 and "resume refused" in proc.stderr and "backend: on disk" in proc.stderr
+
+
+def test_a_token_budget_with_no_room_to_generate_is_refused_and_nothing_is_written(tiny_model_dir, tmp_path):
+    # Accepted before: exit 0 with every point labelled "tool needed" from episodes that never generated.
+    for budget, says in (("4096", "leaves no room for a prompt: the context holds 4096 tokens"),   # = the context
+                         ("1000000000", "leaves no room for a prompt: the context holds 4096 tokens"),
+                         ("4050", "leaves no room to generate: a ")):                               # < context - prompt
+        out = tmp_path / f"pts-{budget}"
+        proc = subprocess.run(cmd(tiny_model_dir, out) + [f"max_new_tokens={budget}"], cwd=REPO, capture_output=True,
+                              text=True, timeout=600)
+        assert proc.returncode != 0 and says in proc.stderr, (budget, proc.stderr[-2000:])
+        assert not (out / "manifest.json").exists() and not list(out.glob("shard-*"))

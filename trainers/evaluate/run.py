@@ -453,7 +453,9 @@ def run(cfg: DictConfig) -> dict:
         trajs, seconds, computed = runs[arm.name]
         by_arm[arm.name] = trajs
         timing[arm.name] = {"seconds": round(seconds, 2), "computed": computed, "cached": len(tasks) - computed}
-        print(f"{arm.name:<24} {computed:>4} computed {len(tasks) - computed:>4} cached  {seconds:7.1f} s")
+        cut = sum(t.ended == "context_length" for t in trajs)    # scored wrong; said, not hidden in the accuracy
+        print(f"{arm.name:<24} {computed:>4} computed {len(tasks) - computed:>4} cached  {seconds:7.1f} s"
+              + (f"  {cut} ended [CONTEXT_LENGTH_EXCEEDED]" if cut else ""))
     wall = time.perf_counter() - start
 
     metrics = {name: {"all": arm_metrics(t, gamma, pte_cfg), **grouped(t, gamma, pte_cfg)}

@@ -140,6 +140,71 @@ def test_context_limit_ends_episode():
     assert t.final_response == CONTEXT_EXCEEDED and t.ended == "context_length"
 
 
+class _Positions:
+    max_position_embeddings = 8192
+
+
+@pytest.mark.parametrize("over", [{"max_new_tokens": 8192}, {"max_new_tokens": 300, "max_context": 300},
+                                  {"max_new_tokens": 10**9}])
+def test_a_token_budget_that_fills_the_context_is_refused_before_any_episode(over):
+    # Accepted before: every episode ended context_length at round 0 and a probe build labelled each "tool needed".
+    backend = ScriptedBackend({})
+    backend.config = _Positions()
+    with pytest.raises(ValueError, match=r"max_new_tokens=\d+ leaves no room for a prompt: the context holds"):
+        Agent(backend, AgentConfig(**over))
+
+
+@pytest.mark.parametrize("field,value", [("max_new_tokens", 1e9), ("max_new_tokens", 0), ("max_new_tokens", True),
+                                         ("max_rounds", 0), ("max_context", -1), ("max_in_flight", 2.5)])
+def test_a_token_or_round_budget_that_is_not_a_positive_integer_is_refused(field, value):
+    with pytest.raises(ValueError, match=f"{field} must be a positive integer, got {value!r}"):
+        AgentConfig(**{field: value})
+
+
+def test_a_budget_that_leaves_no_room_for_an_environments_prompt_is_refused_before_generating():
+    backend = ScriptedBackend({"9-2": ["\\boxed{7}"]})
+    task = calc_task(1, "9-2", "7")
+    # the scripted backend counts words: the CalculatorEnv prompt is far over 10 words before its instruction
+    overhead = backend.count_tokens(Agent(backend, AgentConfig()).initial_prompt(task)) - 6
+    agent = Agent(backend, AgentConfig(max_context=300, max_new_tokens=300 - overhead))
+    with pytest.raises(ValueError, match=r"max_new_tokens=\d+ leaves no room to generate: a CalculatorEnv prompt "
+                                         r"in mode default takes \d+ tokens before its instruction"):
+        agent.run([task])
+    assert backend.calls == []                                  # refused before anything was generated
+    with pytest.raises(ValueError, match="leaves no room to generate"):
+        agent.check_tasks([task])                               # what a build asks before it writes anything
+    (t,), _ = run({"9-2": ["\\boxed{7}"]}, [task], max_context=300, max_new_tokens=300 - overhead - 40)
+    assert t.correct                                            # room enough: the episode runs
+
+
+class _CountingBackend(ScriptedBackend):
+    """Counts like a real tokenizer would be slow to: records the length of every text it tokenizes."""
+
+    max_token_chars = 20
+
+    def __init__(self, scripts):
+        super().__init__(scripts)
+        self.counted: list[int] = []
+
+    def count_tokens(self, text):
+        self.counted.append(len(text))
+        return super().count_tokens(text)
+
+
+def test_a_task_whose_instruction_overflows_the_context_ends_unscored_without_tokenizing_it_and_is_reported():
+    from data_builders.agent.trajectory import summarize
+
+    huge = calc_task(2, "1+1 " + "pad " * 2_500_000, "2")           # a 10 MB instruction
+    backend = _CountingBackend({"9-2": ["\\boxed{7}"], "1+1": ["\\boxed{2}"]})
+    small, big = Agent(backend, AgentConfig(max_context=4096, max_new_tokens=64)).run([calc_task(1, "9-2", "7"), huge])
+    assert small.correct and not small.never_generated
+    assert big.ended == "context_length" and big.rounds == 0 and big.never_generated and not big.correct
+    # refused on its length in characters: the 10 MB prompt was never tokenized (a real tokenizer takes ~13 s)
+    assert max(backend.counted) < 100_000
+    s = summarize([small, big])
+    assert s["context_exceeded"] == 1 and s["context_exceeded_before_generating"] == 1
+
+
 def test_many_tasks_are_batched_together():
     tasks = [calc_task(i, f"{i}+{i}", str(2 * i)) for i in range(1, 6)]
     scripts = {f"{i}+{i}": [CALL % f"{i}+{i}", f"\\boxed{{{2 * i}}}"] for i in range(1, 6)}

@@ -50,6 +50,21 @@ def test_probe_label_is_failure_without_tools_and_features_are_the_first_prompt(
     assert probe_features(backend, [agent.initial_prompt(tasks[0])], [1]).shape == (1, 1, 4)
 
 
+def test_probe_never_labels_a_task_whose_episode_could_not_generate(caplog):
+    # Before: the episode ended [CONTEXT_LENGTH_EXCEEDED] at round 0, "failed without tools", label 1.
+    tasks = [calc_task(1, "2+2", "4"), calc_task(2, "17*23 " + "pad " * 400, "391"), calc_task(3, "5*5", "26")]
+    backend = ScriptedBackend({"2+2": ["\\boxed{4}"], "17*23": ["\\boxed{391}"], "5*5": ["\\boxed{24}"]})
+    cfg = OmegaConf.merge(CFG, {"max_new_tokens": 64})
+    from data_builders.agent.loop import Agent, AgentConfig
+    fits = backend.count_tokens(Agent(backend, AgentConfig()).initial_prompt(tasks[0])) + 64 + 50
+    backend.config = type("Config", (), {"max_position_embeddings": fits})()
+    with caplog.at_level("WARNING"):
+        rows, tensors = label_probe(backend, tasks, ["train", "test", "test"], cfg)
+    assert [r["task_id"] for r in rows] == ["1", "3"] and [r["label"] for r in rows] == [0, 1]
+    assert tensors["hidden"].shape[0] == 2                           # features only for the labelled tasks
+    assert "1 of 3 tasks not labelled" in caplog.text and "['2']" in caplog.text
+
+
 def test_flip_classes_and_execute_label():
     tasks = [calc_task(1, "20+20", "40"), calc_task(2, "3*3", "9"), calc_task(3, "5+5", "10"), calc_task(4, "7*7", "49")]
     scripts = {"20+20": [CALL % "20+20", "\\boxed{40}"],      # helpful, episode right -> execute
