@@ -1,4 +1,5 @@
-"""Scorer against SPEC §6 and the scorer tests of §8, quirks included."""
+"""Scorer against the benchmark's rules (docs/guide.md#when2tool-scoring) and its scorer spot checks, quirks
+included."""
 from __future__ import annotations
 
 import time
@@ -8,7 +9,7 @@ import pytest
 from data_builders.metrics.scoring import compare_values, extract_boxed, is_correct, token_cost
 
 
-# ---------------------------------------------------------------- SPEC §8 scorer tests
+# ---------------------------------------------------------------- the benchmark's scorer spot checks
 
 @pytest.mark.parametrize("pred, gold, expected", [
     ("13.4", "13.40", True),
@@ -18,7 +19,7 @@ from data_builders.metrics.scoring import compare_values, extract_boxed, is_corr
     ("8400", "8,400", False),
     ("Madrid.", "Madrid", False),
 ])
-def test_spec_section8_scorer_cases(pred, gold, expected):
+def test_benchmark_scorer_spot_checks(pred, gold, expected):
     assert compare_values(pred, gold) is expected
     assert is_correct(f"Therefore \\boxed{{{pred}}}", gold) is expected
 
@@ -40,7 +41,7 @@ def test_no_box_fails():
     ("['-3', '.5']", "[-3, 0.5]", True),
     ("'+7'", "7", True),          # signed integer string -> int
     ("'3.5'", "3.5", True),
-    ("'3.'", "3", False),         # was True; '3.' stays a string like the original (issue 20 item 4)
+    ("'3.'", "3", False),         # was True; '3.' stays a string like the original
     ("[['09:00','10:00']]", "[['09:00', '10:00']]", True),
     ("[['09:00','10:00']]", "[['09:00', '10:30']]", False),
     ("{'a': '1'}", "{'a': 1}", True),
@@ -138,7 +139,7 @@ def test_extract_boxed(text, expected):
     assert extract_boxed(text) == expected
 
 
-# "Answer: \\boxed{   }" was here too; a whitespace-only box now extracts "" (issue 20 item 5, below).
+# "Answer: \\boxed{   }" was here too; a whitespace-only box now extracts "" (below).
 @pytest.mark.parametrize("text", ["Answer: \\boxed{} done", "x \\boxed{"])
 def test_empty_box_returns_whole_text(text):
     assert extract_boxed(text) == text
@@ -149,10 +150,11 @@ def test_empty_box_quirk_scores_the_whole_text():
     assert is_correct("The answer: \\boxed{}", "5") is False
 
 
-# ---------------------------------------------------------------- issue 20: the original's verdicts
+# ---------------------------------------------------------------- the original's verdicts
 
 class TestOriginalFidelity:
-    """Issue 20 items 1-5: verdicts of the benchmark's original scorer, written out literally."""
+    """Verdicts of the benchmark's original scorer (from a differential test against its code), written out
+    literally."""
 
     def test_item_01_latex_wrapper_space_before_brace_and_nesting(self):
         assert is_correct("\\boxed{\\text {33}}", "33") is True
@@ -207,7 +209,7 @@ class TestOriginalFidelity:
         assert extract_boxed("Answer: \\boxed{   }") == ""
         assert is_correct("Answer: \\boxed{ }", "Answer: \\boxed{ }") is False
         assert is_correct("\\boxed{ }", "") is False
-        # SPEC §6: a box with no content at all still returns the whole text.
+        # As in the original, a box with no content at all still returns the whole text.
         assert extract_boxed("Answer: \\boxed{}") == "Answer: \\boxed{}"
 
 

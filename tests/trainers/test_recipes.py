@@ -16,7 +16,7 @@ from omegaconf import OmegaConf, open_dict
 
 import controllers
 import recipes
-from data_builders.features import FEATURIZERS
+from data_builders.gates import GATES
 from trainers import fit as fit_entry
 from trainers import sweep
 
@@ -44,20 +44,31 @@ def test_recipe_composes_and_names_its_trainer(name):
     package, command = (RECIPE_DIR / f"{name}.yaml").read_text().splitlines()[:2]
     assert package == "# @package _global_" and command == f"# python -m trainers.fit recipe={name}"
     assert "model" not in recipe                     # the policy is the model group (cfg.model)
-    if "controller" in recipe:                     # the controller recipes
-        assert fit_entry.RECIPES[name] == "trainers.controller.fit:fit"
-        assert recipe.controller.type in controllers.REGISTRY
-        assert recipe.points.kind in FEATURIZERS
+    if "controller" in recipe:                     # the controller recipes: one per gate, named as the gate
+        assert fit_entry.RECIPES[name] == "trainers.controller.fit:fit" and name in GATES
+        assert "kind" not in recipe.points and "type" not in recipe.controller   # the gate's, not settings
         assert recipe.train.optimizer in ("lbfgs", "adamw")
         from trainers.controller.calibration import TAU_METHODS
 
         assert recipe.calibration.tau_method in TAU_METHODS
         # the controller's own keys are its class's constructor arguments
         params = OmegaConf.to_container(recipe.controller, resolve=True)
-        cls = controllers.REGISTRY[params.pop("type")]
+        cls = controllers.REGISTRY[GATES[name].controller]
         import inspect
 
         assert set(params) <= set(inspect.signature(cls.__init__).parameters), (cls, params)
+
+
+def test_the_controller_recipes_are_the_gates():
+    assert {n for n, target in fit_entry.RECIPES.items() if target == "trainers.controller.fit:fit"} == set(GATES)
+
+
+@pytest.mark.parametrize("override", ["recipe.points.kind=flip", "recipe.controller.type=toolgate_logistic"])
+def test_a_controller_recipe_cannot_restate_its_gates_names(override):
+    """The decision-point kind and the controller class are the recipe's gate's (data_builders.gates): a key that
+    set them would only be able to disagree with it."""
+    with pytest.raises(Exception, match=r"kind|type"):
+        recipes.compose("fit", ["recipe=probe_prefill", "logger=none", override])
 
 
 @pytest.mark.parametrize("path", EXPERIMENTS, ids=lambda p: p.stem)

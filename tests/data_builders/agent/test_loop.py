@@ -1,5 +1,6 @@
-"""The agent state machine (SPEC §5.4) and its three hooks, driven by a scripted backend so every
-branch is exercised deterministically. Real-model runs are in tests/data_builders/test_embedded.py."""
+"""The agent state machine (docs/guide.md#when2tool-the-protocol-state-machine) and its three hooks, driven by a
+scripted backend so every branch is exercised deterministically. Real-model runs are in
+tests/data_builders/test_embedded.py."""
 from __future__ import annotations
 
 import json

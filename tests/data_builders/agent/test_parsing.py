@@ -1,4 +1,5 @@
-"""Tool-call parser and "reasoning present" test against SPEC §5.3/§5.4."""
+"""Tool-call parser and "reasoning present" test against the benchmark's rules
+(docs/guide.md#when2tool-tool-call-formats-and-parsing, docs/guide.md#when2tool-the-protocol-state-machine)."""
 from __future__ import annotations
 
 import time
@@ -81,7 +82,7 @@ def test_bare_json_whole_text_with_nested_arguments_is_recognised():
 
 
 def test_reasoning_then_untagged_nested_json_is_not_a_call():
-    # SPEC §5.3 consequence: (b) fails because of the prose, (c) stops at the first "}".
+    # A consequence of the benchmark's parser: (b) fails because of the prose, (c) stops at the first "}".
     text = 'I need the tool.\n{"name": "g", "arguments": {"a": {"b": 2}}}'
     assert parse_tool_call(text) is None
 

@@ -1,4 +1,5 @@
-"""Oracle check (SPEC §8) against the real When2Tool task files, when the shared data is present.
+"""Oracle check (docs/guide.md#when2tool-the-oracle) against the real When2Tool task files, when the shared data is
+present.
 
 A mechanical solver calls each tool once with arguments parsed from the instruction; the payload
 must reproduce the gold answer. This proves the environments behave like the benchmark's own tools.
@@ -92,7 +93,7 @@ def test_list_manipulation_easy_has_no_sort(filename):
 
 @pytest.mark.parametrize("filename", SPLITS)
 def test_historical_year_oracle(filename):
-    # SPEC §8: looking up the event phrase returns a passage that contains the gold year verbatim.
+    # The benchmark's oracle check: looking up the event phrase returns a passage that contains the gold year verbatim.
     for task in _env_tasks(filename, "HistoricalYearEnv"):
         event = task["instruction"].split("In what year was ", 1)[1].split("?", 1)[0]
         out = _make(task).call("lookup_year", {"event": event})

@@ -1,4 +1,4 @@
-"""SPEC §3.1 CalculatorEnv, plus the safety guard the original lacked."""
+"""CalculatorEnv, plus the safety guard the original lacked."""
 from __future__ import annotations
 
 import sys
@@ -67,7 +67,7 @@ def test_unsupported_expression(expression):
     assert calc(expression) == runtime("ValueError: Unsupported expression")
 
 
-def test_spec_spot_check_abs():
+def test_benchmark_spot_check_abs():
     assert serialize(calc("abs(-1)")) == (
         '{"success": false, "message": "[TOOL_RUNTIME_ERROR] ValueError: Unsupported expression"}')
 
@@ -97,7 +97,7 @@ def test_result_too_large_exact_length():
 
 
 def test_result_at_limit_depends_on_int_str_limit():
-    # 4999 digits: success when the interpreter can print it (harness limit 10,000, SPEC §2.2),
+    # 4999 digits: success when the interpreter can print it (harness limit 10,000),
     # "too large" when it cannot, so the payload is always serialisable.
     out = calc("10**4998")
     limit = sys.get_int_max_str_digits()
@@ -213,7 +213,7 @@ def test_non_dict_or_wrong_arguments(arguments):
 
 
 class TestOriginalFidelity:
-    """Issue 20, item 13: a non-string expression gets the original's ast.parse error."""
+    """A non-string expression gets the original's ast.parse error."""
 
     def test_item_13_evaluate_expression_int(self):
         assert calc(5) == runtime("TypeError: compile() arg 1 must be a string, bytes or AST object")
@@ -249,13 +249,13 @@ def test_long_flat_chain_is_not_a_recursion_problem():
 
 
 def test_float_overflow_follows_python():
-    # float arithmetic overflows to inf (serialised as Infinity, SPEC §2.3); float ** raises.
+    # float arithmetic overflows to inf (serialised as Infinity, as json.dumps does); float ** raises.
     assert calc("1e308*10") == {"success": True, "result": float("inf"), "expression": "1e308*10"}
     assert serialize(calc("-1e308*10")) == '{"success": true, "result": -Infinity, "expression": "-1e308*10"}'
 
 
 def test_leading_whitespace_is_python_indentation_error():
-    # The expression is parsed verbatim as Python (SPEC §3.1), not stripped.
+    # The expression is parsed verbatim as Python, as the original does, not stripped.
     assert calc(" 1+1") == runtime("IndentationError: unexpected indent (<unknown>, line 1)")
 
 

@@ -1,4 +1,4 @@
-"""SPEC §3.12 CodeExecutorEnv: the payload mapping (no subprocess) and a few real sandboxed runs.
+"""CodeExecutorEnv: the payload mapping (no subprocess) and a few real sandboxed runs.
 
 Every real run costs a fresh interpreter (~0.1 s), so the mapping is tested on fabricated
 :class:`SandboxResult`\\ s and only the behaviours that need a real interpreter run for real.
@@ -68,7 +68,7 @@ def test_failures_use_the_exception_payload(kind, error):
 
 
 def test_output_flood_uses_the_timeout_payload():
-    # Issue 20 item 9: the original has no output cap, so a flood runs into its 5-second alarm.
+    # The original has no output cap, so a flood runs into its 5-second alarm.
     out = payload_for(fake("y\n" * 600, kind="output_limit", error="OutputLimitError: output exceeded 1000000 bytes",
                            exit_code=-9), 5)
     assert out == fail(("y\n" * 600)[:500], "Code execution timed out (5s limit)", exit_code=-1)
@@ -136,13 +136,13 @@ def test_timeout_with_short_limit(monkeypatch):
     assert out == fail("started", "Code execution timed out (0.5s limit)", exit_code=-1)
 
 
-# --------------------------------------------------------------------------- issue 20: the original's outputs
+# --------------------------------------------------------------------------- the original's outputs
 
 STRAY = "/tmp/toolwise_code_executor_stray"
 
 
 class TestOriginalFidelity:
-    """Items 6-9 of issue 20: the original's payloads, written out literally."""
+    """The original's payloads, written out literally (from a differential test against its code)."""
 
     @pytest.mark.parametrize("code, stdout", [
         ("import numpy as np\nprint(np.array([1, 2, 3]).sum())", "6"),
@@ -221,7 +221,7 @@ class TestOriginalFidelity:
 
 @pytest.mark.parametrize("code", [123, 1.5, True, None, [1], {"a": 1}])
 def test_item_13_non_string_code_gets_the_originals_exec_error(monkeypatch, code):
-    """Issue 20 item 13: the original passes the value to exec() inside its handler: the exception payload."""
+    """The original passes the value to exec() inside its handler: the exception payload."""
     monkeypatch.setattr(code_executor, "run_python", lambda *a, **k: pytest.fail("must not run"))
     message = "TypeError: exec() arg 1 must be a string, bytes or code object"
     assert CodeExecutorEnv().call("run_code", {"code": code}) == {

@@ -1,4 +1,4 @@
-"""SPEC §3.3 CountingEnv: exact results, every error message, and the size guard."""
+"""CountingEnv: exact results, every error message, and the size guard."""
 from __future__ import annotations
 
 import math

@@ -1,4 +1,4 @@
-"""SPEC §3.11 DateTimeEnv: date_diff, date_add, day_of_week, strptime parsing quirks and overflow."""
+"""DateTimeEnv: date_diff, date_add, day_of_week, strptime parsing quirks and overflow."""
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,4 @@
-"""SPEC §3.9 DecodingEnv: Morse, Caesar and custom ciphers, both tools, every error message."""
+"""DecodingEnv: Morse, Caesar and custom ciphers, both tools, every error message."""
 from __future__ import annotations
 
 import string

@@ -1,4 +1,4 @@
-"""SPEC §3.7 GameRuleEnv.lookup_rule (HistoricalYear's matching rule, its own payload) and the
+"""GameRuleEnv.lookup_rule (HistoricalYear's matching rule, its own payload) and the
 oracle's number reader."""
 from __future__ import annotations
 
@@ -82,9 +82,9 @@ def test_bad_arguments():
     assert [s["function"]["name"] for s in e.tool_specs()] == ["lookup_rule"]
 
 
-def test_spec8_lookup_is_mechanical_on_when2tool_tasks():
-    """SPEC §8: the question (instruction minus " Answer with only the number.") returns the intended
-    key in 100% of tasks, and the gold appears verbatim in the passage."""
+def test_lookup_is_mechanical_on_when2tool_tasks():
+    """The benchmark's oracle check: the question (instruction minus " Answer with only the number.") returns the
+    intended key in 100% of tasks, and the gold appears verbatim in the passage."""
     n = 0
     for name in ("tasks_v1_train.json", "tasks_v1_test.json"):
         path = DATA / name

@@ -1,4 +1,4 @@
-"""SPEC §3.7 HistoricalYearEnv.lookup_year."""
+"""HistoricalYearEnv.lookup_year."""
 from __future__ import annotations
 
 from data_builders.environments import HistoricalYearEnv

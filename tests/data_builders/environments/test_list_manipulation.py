@@ -1,4 +1,4 @@
-"""SPEC §3.10 ListManipulationEnv: every operation, quirk and error message."""
+"""ListManipulationEnv: every operation, quirk and error message."""
 from __future__ import annotations
 
 import pytest
@@ -79,7 +79,7 @@ def test_2d_sort():
 
 
 def test_2d_sort_without_axis_is_axis_error():
-    # SPEC §8 spot check
+    # The benchmark's spot check
     assert call("sort", values=M) == fail("axis must be 0 or 1 for 2D operations", M)
     assert call("sort", values=M, axis=2) == fail("axis must be 0 or 1 for 2D operations", M)
     assert call("reverse", values=M, axis=-1) == fail("axis must be 0 or 1 for 2D operations", M)
@@ -153,7 +153,7 @@ def test_bad_values_type():
 
 
 class TestOriginalFidelity:
-    """Issue 20, item 13: the original reports the Python error of its first step, arr[:] = ..."""
+    """The original reports the Python error of its first step, arr[:] = ..."""
 
     def test_item_13_values_string_5(self):
         for tool, extra in (("reverse", {}), ("append", {"value": 1}), ("insert", {"index": 0, "value": 1}),

@@ -1,4 +1,4 @@
-"""SPEC §3.4 MatrixEnv: every tool, exact payloads, error messages, float semantics and guards."""
+"""MatrixEnv: every tool, exact payloads, error messages, float semantics and guards."""
 from __future__ import annotations
 
 import random
@@ -24,7 +24,7 @@ def fail(message):
 
 
 def reference_det(m):
-    """Plain (unmemoised) first-row cofactor recursion, as SPEC §3.4 describes it."""
+    """Plain (unmemoised) first-row cofactor recursion, as the original computes it."""
     n = len(m)
     if n == 1:
         return m[0][0]
@@ -94,7 +94,7 @@ def test_determinant_size_guard():
 
 
 def test_entries_follow_python():
-    # No entry check any more (issue 20 item 12): Python's own errors, as in the original.
+    # No entry check: Python's own errors, as in the original.
     assert call("matrix_determinant", matrix=[5]) == fail(
         "[TOOL_RUNTIME_ERROR] TypeError: object of type 'int' has no len()")
     assert call("matrix_determinant", matrix=[[True, 0], [0, 2]]) == det_ok(2, 2)  # bools are ints
@@ -166,7 +166,7 @@ def test_huge_sequence_repetition_keeps_the_originals_error():
 
 
 class TestOriginalFidelity:
-    """Issue 20, item 12: the original computes these with plain Python operations."""
+    """The original computes these with plain Python operations."""
 
     def test_item_12_string_entry(self):
         assert call("matrix_determinant", matrix=[["a"]]) == det_ok("a", 1)

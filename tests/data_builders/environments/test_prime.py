@@ -1,4 +1,4 @@
-"""SPEC §3.5 PrimeEnv: results identical to plain trial division, error messages, bounded cost."""
+"""PrimeEnv: results identical to plain trial division, error messages, bounded cost."""
 from __future__ import annotations
 
 import random
@@ -13,7 +13,7 @@ def call(tool, n):
 
 
 def trial_division(n):
-    """The original's algorithm (SPEC §3.5), used as the reference on small n."""
+    """The original's algorithm (plain trial division), used as the reference on small n."""
     out, d = [], 2
     while d * d <= n:
         e = 0

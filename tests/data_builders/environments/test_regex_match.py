@@ -1,4 +1,4 @@
-"""SPEC §3.14 RegexMatchEnv: the four operations, their payloads and errors, and the backtracking guard."""
+"""RegexMatchEnv: the four operations, their payloads and errors, and the backtracking guard."""
 from __future__ import annotations
 
 import math
@@ -87,7 +87,7 @@ def test_errors():
 
 
 class TestOriginalFidelity:
-    """Issue 20, item 10: the original's payloads, written out literally."""
+    """The original's payloads, written out literally (from a differential test against its code)."""
 
     def test_item_10_whitespace_operation_is_unknown(self):
         assert call(pattern="o", text="foo", operation="   ") == {

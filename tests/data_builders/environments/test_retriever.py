@@ -1,4 +1,4 @@
-"""SPEC §3.6 RetrieverEnv: title-only substring search and exact-id reads (plus the oracle's reader)."""
+"""RetrieverEnv: title-only substring search and exact-id reads (plus the oracle's reader)."""
 from __future__ import annotations
 
 import json
@@ -12,7 +12,8 @@ from tests.conftest import SHARED
 
 DATA = SHARED / "data" / "when2tool"
 
-# The SPEC §3.6 worked example (task 61501), rebuilt by hand: only the titles matter for ranking.
+# The benchmark's worked example (task 61501, docs/guide.md#when2tool-environments), rebuilt by hand: only the titles
+# matter for ranking.
 SPAIN = ("Madrid is the capital and largest city of Spain, situated in the center of the Iberian Peninsula. "
          "The city became the permanent capital in 1561.")
 EXAMPLE = [
@@ -126,9 +127,9 @@ def test_empty_corpus_and_bad_queries():
         "success": False, "message": "[TOOL_RUNTIME_ERROR] AttributeError: 'int' object has no attribute 'lower'"}
 
 
-def test_spec8_raw_question_search_statistics():
-    """SPEC §8: searching with the raw question (prefix removed) puts the answer-bearing document 1st
-    in 117/210 single-hop tasks and in the top 3 in 184/210: a check of the exact scoring rule."""
+def test_raw_question_search_statistics_match_the_benchmark():
+    """The benchmark's oracle check: searching with the raw question (prefix removed) puts the answer-bearing
+    document 1st in 117/210 single-hop tasks and in the top 3 in 184/210: a check of the exact scoring rule."""
     records = []
     for name in ("tasks_v1_train.json", "tasks_v1_test.json"):
         path = DATA / name

@@ -1,4 +1,4 @@
-"""SPEC §2: the schema-driven call pipeline shared by every environment."""
+"""The schema-driven call pipeline shared by every environment (docs/guide.md#when2tool-tool-runtime)."""
 from __future__ import annotations
 
 import json

@@ -539,7 +539,7 @@ def test_non_string_code_is_a_programming_error():
         run_python(b"print(1)")  # type: ignore[arg-type]
 
 
-# --------------------------------------------------------------------------- preloaded libraries (issue 20 item 6)
+# ------------------------------------------------------------- preloaded libraries (as the original imports them)
 
 def test_preloaded_library_import_does_not_count_against_the_limits(namespaces):
     # numpy is imported before the hook; its import time is outside the code's CPU and wall-clock limits,

@@ -1,4 +1,4 @@
-"""SPEC §3.13 ScheduleEnv: free-slot sweep (touching blocks merge) and strict pairwise conflicts."""
+"""ScheduleEnv: free-slot sweep (touching blocks merge) and strict pairwise conflicts."""
 from __future__ import annotations
 
 from data_builders.environments import serialize
@@ -14,7 +14,7 @@ def slots(busy, day_start="09:00", day_end="17:00", min_duration=30):
                 min_duration=min_duration)["result"]
 
 
-def test_spec_spot_check_full_payload():
+def test_benchmark_spot_check_full_payload():
     out = call("find_free_slots", busy=[["09:00", "10:00"], ["10:00", "10:30"], ["11:00", "12:00"]],
                day_start="09:00", day_end="13:00", min_duration=30)
     assert out == {
@@ -52,14 +52,14 @@ def test_time_formats_and_coercion():
     out = call("find_free_slots", busy=[["9:00", "9:30"]], day_start="8:00", day_end="10:00", min_duration="45")
     assert out["result"] == [["08:00", "09:00"]]
     assert out["search_window"] == ["8:00", "10:00"] and out["min_duration_minutes"] == 45
-    # array parameters given as JSON strings are decoded (SPEC §2.2 step 4)
+    # array parameters given as JSON strings are decoded (the runtime's type coercion)
     assert call("find_free_slots", busy='[["09:00", "16:00"]]', day_start="09:00", day_end="17:00",
                 min_duration=60)["result"] == [["16:00", "17:00"]]
     assert slots([]) == [["09:00", "17:00"]]
 
 
 def test_unclipped_blocks_after_day_end_quirk():
-    # SPEC: blocks beginning after day_end are not clipped, so the gap before one runs past day_end.
+    # As in the original, blocks beginning after day_end are not clipped, so the gap before one runs past day_end.
     assert slots([["18:00", "19:00"]]) == [["09:00", "18:00"]]
 
 
@@ -112,7 +112,7 @@ def err(message):
 
 
 class TestOriginalFidelity:
-    """Issue 20, item 11: the original reads an interval as iv[0]/iv[1] and a time as
+    """The original reads an interval as iv[0]/iv[1] and a time as
     t.strip().split(":"), so its payloads are those of these Python operations."""
 
     def test_item_11_three_element_interval_uses_first_two(self):

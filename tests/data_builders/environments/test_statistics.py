@@ -1,4 +1,4 @@
-"""SPEC §3.2 StatisticsEnv: every stat_type, describe, every error message, float semantics."""
+"""StatisticsEnv: every stat_type, describe, every error message, float semantics."""
 from __future__ import annotations
 
 import math
@@ -56,7 +56,7 @@ def test_round_to_ten_decimals():
 
 
 def test_percentile_spot_check():
-    # SPEC §8: compute_stat([1,2,3], percentile, 40) -> 1.8 (k = 0.4·2 = 0.8 -> 1 + 0.8·(2-1))
+    # The benchmark's spot check: compute_stat([1,2,3], percentile, 40) -> 1.8 (k = 0.4·2 = 0.8 -> 1 + 0.8·(2-1))
     assert stat([1, 2, 3], "percentile", percentile_value=40) == ok(1.8, "percentile", 3, 1.0, 3.0, 6.0, 2.0)
 
 

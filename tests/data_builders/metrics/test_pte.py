@@ -31,7 +31,7 @@ def test_param_counts_of_published_models():
     assert param_count(LLAMA_31_8B) == 8_030_261_248                       # Meta: "8B" (8.03B)
     assert param_count(QWEN25_7B) == 7_615_616_512                         # Qwen card: 7.61B
     assert param_count(QWEN25_7B, embeddings=False) == 6_525_621_760       # Qwen card: 6.53B non-embedding
-    assert param_count(SMOLLM2_135M) == 134_515_008                        # DESIGN.md: 134.5M
+    assert param_count(SMOLLM2_135M) == 134_515_008                        # SmolLM2-135M's model card: 134.5M
     assert round(param_count(SMOLLM2_135M) / 1e6, 1) == 134.5
     # tied embeddings count once; the non-embedding count drops them either way
     assert param_count(SMOLLM2_135M) - param_count(SMOLLM2_135M, embeddings=False) == 49152 * 576

@@ -14,7 +14,7 @@ from data_builders.tasks.generators import GENERATORS
 from data_builders.tasks.schema import DIFFICULTIES, ENV_CATEGORY, Task
 
 N = 20
-# When2Tool env_tags (SPEC §1.2), in env_no order.
+# When2Tool env_tags, in env_no order.
 W2T_TAGS = dict(zip(ENV_CATEGORY, ["calculator", "statistics", "counting", "matrix", "prime", "retrieval",
                                    "historical_year", "game_rule", "hash", "decoding", "list", "datetime",
                                    "code_executor", "schedule", "regex_match"]))
@@ -180,7 +180,7 @@ def transpose(m):
 
 
 def reference_list_op(values, op, args):
-    """Independent SPEC §3.10 re-implementation (transpose-based for 2-D) used to check gold."""
+    """Independent re-implementation of the benchmark's list operations (transpose-based for 2-D) used to check gold."""
     if values and all(isinstance(r, list) for r in values):
         axis = args["axis"]
         if op == "sort":  # axis=0 sorts each column: sort the rows of the transpose
@@ -251,7 +251,7 @@ def test_list_gold_and_ranges(tasks):
 
 
 def lookup_key(corpus, query):
-    """SPEC §3.7 matching rule, verbatim: first key (stored order) equal to, containing, or inside q."""
+    """The benchmark's matching rule, verbatim: first key (stored order) equal to, containing, or inside q."""
     q = query.strip().lower()
     for k in corpus:
         kl = k.lower()

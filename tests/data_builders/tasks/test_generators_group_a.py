@@ -135,7 +135,7 @@ def test_statistics_gold_and_ranges():
                 assert rounding.group(1) == ("4" if kind == "r" else "2")
             elif float(value).is_integer():
                 assert gold == str(int(value))
-            else:  # SPEC §1.3: easy mean 2 decimals, median 1 decimal
+            else:  # When2Tool's gold: easy mean 2 decimals, median 1 decimal
                 assert gold == (f"{value:.1f}" if kind == "median" else f"{value:.2f}")
             n_lo, n_hi, hi = {"easy": (3, 5, 20), "medium": (8, 15, 100), "hard": (15, 30, 500)}[d]
             assert n_lo <= len(xs) <= n_hi and all(1 <= x <= hi for x in xs)

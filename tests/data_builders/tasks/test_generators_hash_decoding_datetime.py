@@ -1,5 +1,6 @@
 """Built-in generators for HashEnv, DecodingEnv and DateTimeEnv: determinism, split hygiene, When2Tool
-templates and tool lists, gold formats (SPEC §1.3) and per-difficulty content ranges."""
+templates and tool lists, gold formats (docs/guide.md#when2tool-tasks-and-gold-formats) and per-difficulty content
+ranges."""
 from __future__ import annotations
 
 import collections

@@ -76,7 +76,7 @@ def test_invalid_json_and_wrong_top_level_are_named(tmp_path):
 
 
 def _flat(rec: dict) -> dict:
-    """A hub row (SPEC §1.2): env fields flattened, JSON strings for tools/parameters/steps."""
+    """A hub row: env fields flattened, JSON strings for tools/parameters/steps."""
     env = rec["environments"][0]
     return {"id": rec["id"], "difficulty": rec["difficulty"], "multi_step": rec["multi_step"],
             "instruction": rec["instruction"], "env_name": env["name"], "tools": json.dumps(env["tools"]),
