@@ -30,7 +30,8 @@ from data_builders.features import FEATURIZERS
 from data_builders.features.gstep import gstep_features
 from data_builders.features.toolgate import embed_texts, toolgate_state
 
-# SPEC §7.4: soft prefill = one first-person sentence plus a newline; hard = a forced prefix.
+# Probe&Prefill's two prefill styles (docs/guide.md#when2tool-the-probe-pipeline): soft = one first-person sentence
+# plus a newline, a hint the model may still overrule; hard = a forced prefix that commits it to a call or an answer.
 SOFT_PREFILL = {"skip": "I can solve this directly without using a tool.\n",
                 "use": "I need to use a tool for this question.\n"}
 HARD_PREFILL = {"skip": "\\boxed{", "use": {"xml": "<tool_call>\n", "native": '{"name": "'}}

@@ -1,7 +1,11 @@
-"""The README is the front door: its test command is exactly what CI runs."""
+"""The README is the front door: its test command is exactly what CI runs. Its links, the docs' links and the
+docs the code cites resolve inside the repository, and nothing cites a document or tracker a user of the repository
+does not have."""
 from __future__ import annotations
 
+import os
 import re
+from pathlib import Path
 
 from tests.conftest import REPO
 
@@ -44,3 +48,63 @@ def test_readme_and_docs_links_resolve():
             if not dest.exists() or (anchor and dest.suffix == ".md" and anchor not in _anchors(dest)):
                 broken.append(f"{page.relative_to(REPO)}: {target}")
     assert len(pages) > 1 and not broken, broken
+
+
+# Directories of a checkout that are not the repository's own text: run outputs, builds, environments.
+_NOT_SOURCE = {"outputs", "multirun", "wandb", "build", "dist", "__pycache__", "node_modules"}
+
+
+def _repo_files(*suffixes: str) -> list:
+    found = []
+    for root, dirs, files in os.walk(REPO):
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in _NOT_SOURCE
+                         and not d.endswith(".egg-info"))
+        found += [os.path.join(root, f) for f in sorted(files) if f.endswith(suffixes)]
+    return [REPO / os.path.relpath(f, REPO) for f in found]
+
+
+# A docs page cited from code: ``docs/guide.md#when2tool-scoring`` or ``docs/guide.md, "Engines"`` (the heading's
+# text). A comment may wrap between the file and the heading; continuation markers are removed before matching.
+_DOC_CITATION = re.compile(r"docs/([\w.-]+\.md)(?:#([\w-]+)|,?\s*[\"']([^\"'\n]+)[\"'])?")
+
+
+def doc_citations(text: str) -> list[tuple[str, str | None]]:
+    """(page, anchor or None) for each docs page cited in a source text; a quoted heading becomes its anchor."""
+    text = re.sub(r"\n[ \t]*#[ \t]*", " ", text)
+    return [(page, anchor or (_slug(heading) if heading else None))
+            for page, anchor, heading in _DOC_CITATION.findall(text)]
+
+
+def test_doc_citation_parser():
+    text = ('x  # see docs/guide.md#when2tool-scoring and docs/architecture.md\n'
+            '    # (docs/guide.md,\n    # "Gated endpoint") or docs/results.md, docs/results_v2.md')
+    assert doc_citations(text) == [("guide.md", "when2tool-scoring"), ("architecture.md", None),
+                                   ("guide.md", "gated-endpoint"), ("results.md", None), ("results_v2.md", None)]
+
+
+def test_docs_cited_in_code_resolve():
+    """Every ``docs/<page>.md`` a comment, docstring or config cites exists, and so does the heading it names."""
+    broken, n = [], 0
+    for path in _repo_files(".py", ".yaml", ".yml"):
+        for page, anchor in doc_citations(path.read_text(encoding="utf-8")):
+            n += 1
+            dest = REPO / "docs" / page
+            if not dest.is_file() or (anchor and anchor not in _anchors(dest)):
+                broken.append(f"{path.relative_to(REPO)}: docs/{page}" + (f"#{anchor}" if anchor else ""))
+    assert n > 10 and not broken, broken
+
+
+# What a user of the repository cannot follow: the internal design and benchmark-spec documents, and issue numbers
+# of a tracker (a comment says why, not where a discussion was). Written so that this line does not match itself.
+_UNRESOLVABLE = re.compile(r"\bSPEC\b|SPEC\.md|DESIGN\.md|[Ii]ssue #?[0-9]+")
+
+
+def test_nothing_cites_documents_outside_the_repository():
+    hits = []
+    for path in _repo_files(".py", ".yaml", ".yml", ".md", ".toml", ".sh", ".cfg", ".txt") + [REPO / ".ci" / "run"]:
+        if path == Path(__file__):
+            continue
+        for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if _UNRESOLVABLE.search(line):
+                hits.append(f"{path.relative_to(REPO)}:{i}: {line.strip()[:120]}")
+    assert not hits, "\n".join(hits)
