@@ -36,6 +36,7 @@ import dataclasses
 import json
 import math
 import os
+import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
@@ -440,16 +441,29 @@ class Trajectory:
 
 
 # ---------------------------------------------------------------------------------------------- files
-def write_jsonl(path: str | Path, records: Iterable[dict]) -> Path:
-    """Write atomically (temp file + rename) so a crash never leaves a truncated file behind."""
+def write_text_atomic(path: str | Path, text: str) -> Path:
+    """Write ``path`` atomically (temp file + rename), so a crash never leaves a truncated file behind. The temp
+    file's name is this writer's own (pid and random suffix, created exclusively), so writers of the same path
+    at once (two runs sharing a directory) never write into one file or rename each other's: the last rename
+    wins with one writer's whole file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        for r in records:
-            f.write(json.dumps(r, ensure_ascii=False) + "\n")
-    os.replace(tmp, path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(6)}.tmp")
+    try:
+        # O_EXCL: never an existing file; mode 0o666 under the umask, as open() gives (mkstemp's 0600 would
+        # make a cache on a shared file system unreadable to the other users)
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     return path
+
+
+def write_jsonl(path: str | Path, records: Iterable[dict]) -> Path:
+    """One JSON record per line, written atomically (:func:`write_text_atomic`)."""
+    return write_text_atomic(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
 
 
 def write_trajectories(path: str | Path, trajectories: Iterable[Trajectory]) -> Path:

@@ -134,7 +134,7 @@ def test_composed_probe_arm_equals_running_the_probe_hook(tmp_path, checkpoints,
     results = run(eval_cfg(tmp_path, checkpoints))
     probe = controllers.load(checkpoints["probe"])
     composed = [json.loads(line) for line in
-                next((tmp_path / "cache").rglob("prefill_soft_use-*.jsonl")).read_text().splitlines()]
+                next((tmp_path / "cache").rglob("prefill_soft_use-*/*.jsonl")).read_text().splitlines()]
     assert len(composed) == len(TASKS)
     for tau in (0.01, 0.5, 0.99):
         direct = Agent(PrefillAwareBackend(SCRIPTS), AgentConfig(mode="default", max_rounds=3),
@@ -164,7 +164,8 @@ def test_a_cache_file_written_before_the_typed_schema_still_hits(tmp_path):
     task = calc_task("w2t/calc-7", "20+20", "40")
     cache = TrajectoryCache(tmp_path, "scripted@0", {"max_rounds": 10, "split": "test"})
     spec = {"name": "force+rta", "mode": "force", "reasoning": True}
-    path = write_jsonl(cache.path(spec), [{**json.loads(V1.read_text()), "_task_key": task_key(task)}])
+    single = cache.path(spec).with_name(cache.path(spec).name + ".jsonl")      # the one file per arm of then
+    path = write_jsonl(single, [{**json.loads(V1.read_text()), "_task_key": task_key(task)}])
     before = path.read_bytes()
     have, todo = cache.missing(spec, [task])
     assert todo == [] and (cache.hits, cache.misses) == (1, 0)
@@ -250,8 +251,8 @@ def test_a_failure_in_an_arm_keeps_earlier_arms_and_its_finished_episodes(tmp_pa
                                "arms.toolgate=null", "arms.g_step=null"])
     with pytest.raises(RuntimeError, match="engine crashed"):
         run(cfg)
-    cached = {arm: [t.task_id for t in read_trajectories(next((tmp_path / "cache").rglob(f"{arm}-*.jsonl")))]
-              for arm in ("force", "default")}
+    cached = {arm: sorted(t.task_id for f in (tmp_path / "cache").rglob(f"{arm}-*/*.jsonl")
+                          for t in read_trajectories(f)) for arm in ("force", "default")}
     assert cached == {"force": [1, 2, 3, 4], "default": [1, 2, 3]}
 
     healthy = PrefillAwareBackend(SCRIPTS)

@@ -42,14 +42,14 @@ from data_builders.agent.trajectory import Trajectory, summarize
 from data_builders.backends import loading   # called through the module: tests replace backend_from_config
 from data_builders.backends.loading import REPO_ROOT
 from data_builders.executors import LocalExecutor, executor_from_config, spread
-from data_builders.features import FEATURIZERS
 from data_builders.features.probe import probe_features
+from data_builders.gates import GATES
 from data_builders.metrics.patterns import count_patterns
 from data_builders.metrics.pte import PTEConfig, trajectory_pte
 from data_builders.tasks.schema import task_key
 from recipes import CONFIG_DIR
 from runtime.controller_hooks import Cascade, GStep, ProbePrefill, ToolGate, checked, prefill_text
-from trainers.evaluate.cache import TrajectoryCache, file_digest
+from trainers.evaluate.cache import TrajectoryCache, file_digest, load_scores, store_scores
 from trainers.evaluate.report import COLUMNS, metric_rows, write_report
 from trainers.tracking import log_report, report_job
 
@@ -251,22 +251,22 @@ def probe_shard(engine, shard: tuple, progress) -> list[float]:
     agent = Agent(engine, AgentConfig(mode="default", **agent_kw))
     hidden = probe_features(engine, [agent.initial_prompt(t) for t in tasks],
                             list(range(probe.contract["input_shape"][0])))
-    return probe.predict_proba(FEATURIZERS["probe"].controller_input({"hidden": hidden})).tolist()
+    return probe.predict_proba(GATES["probe_prefill"].featurizer.controller_input({"hidden": hidden})).tolist()
 
 
 def probe_probabilities(probe, executor, tasks, agent_kw: dict, cache_root: Path, probe_hash: str,
                         workers: int = 1, shard_size: int | None = None) -> list[float]:
     """The probe's p for every task's first prompt (cached per probe, policy and task); ``executor`` runs the
     missing ones."""
-    path = cache_root / f"probe_p-{probe_hash}.json"
-    have = json.loads(path.read_text()) if path.exists() else {}
+    name = f"probe_p-{probe_hash}"
+    have = load_scores(cache_root, name)
     todo = [t for t in tasks if task_key(t) not in have]
     if todo:
         shards = [todo] if executor.name == "local" else spread(todo, workers, shard_size)
         for j, p in executor.map(probe_shard, [(j, (probe, s, agent_kw)) for j, s in enumerate(shards)]):
-            have |= {task_key(t): float(v) for t, v in zip(shards[j], p)}
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(have))
+            new = {task_key(t): float(v) for t, v in zip(shards[j], p)}
+            store_scores(cache_root, name, new)    # as each shard returns, like the trajectories
+            have |= new
     return [have[task_key(t)] for t in tasks]
 
 
