@@ -8,9 +8,10 @@ say so, and record every decision.
 * a final answer goes through G-STEP (with the answer's token log-probs); *continue* appends toolwise's
   verification prompt and re-asks, up to ``max_continues`` verification rounds per conversation (a verification
   prompt already in the client's messages counts).
-* with ``upstream=local`` (the policy in this process) a conversation's first turn goes through Probe&Prefill:
-  the probe reads the policy's hidden states of the rendered prompt and picks the response prefill
-  (``gates.prefill_style``) the generation resumes from. Those states exist only inside the upstream's generation,
+* with ``upstream=local`` (the policy in this process) a conversation's first turn that offers tools goes through
+  Probe&Prefill (a request without tools has no tool decision to make: no probe): the probe reads the policy's
+  hidden states of the rendered prompt and picks the response prefill (``gates.prefill_style``) the generation
+  resumes from; a soft prefill steers the generation and is never part of the returned message. Those states exist only inside the upstream's generation,
   so the upstream calls this layer's probe step (:meth:`Gater.first_turn`) between rendering and generating.
 * a gate that raises: ``on_error=open`` (default) applies execute / commit (the probe: no prefill), ``closed``
   skip / continue (the probe: the skip prefill), one rule for the three (:data:`ON_ERROR`); either way the
@@ -89,10 +90,11 @@ class Gater:
         asked and may answer None."""
         return self.gates is not None and getattr(self.gates, gate, True) is not None
 
-    def _probes(self, context: list[dict]) -> bool:
+    def _probes(self, context: list[dict], tools: list[dict]) -> bool:
         """Probe&Prefill on this upstream call: a conversation's first turn (no assistant message yet, so never a
-        re-ask), a probe loaded, and the policy in this process (no HTTP upstream returns hidden states)."""
-        return (getattr(self.upstream, "local", False) and self.gates is not None
+        re-ask) that offers the policy tools (without any there is no tool decision to make), a probe loaded, and the
+        policy in this process (no HTTP upstream returns hidden states)."""
+        return (bool(tools) and getattr(self.upstream, "local", False) and self.gates is not None
                 and getattr(self.gates, "probe_prefill", None) is not None
                 and not any(m.get("role") == "assistant" for m in context))
 
@@ -136,14 +138,16 @@ class Gater:
                                                     finish_reason=choice.get("finish_reason")))
 
     def first_turn(self, records: list[dict], messages: list[dict], tools: list[dict], backend: Any
-                   ) -> tuple[str, Any, str]:
+                   ) -> tuple[str, Any, str, bool]:
         """Probe&Prefill on a conversation's first turn, called by the in-process upstream with its ``backend`` in
         its own worker, between checking the messages and generating (one backend user at a time): the probe's
         decision (or its failure, resolved by on_error) goes to ``records``. Returns (the rendered prompt, the
         backend's prefill state, the response prefill) so the generation resumes from that state without a second
         forward pass over the prompt, as toolwise's loop does; a failed probe returns no prompt (the upstream
         renders it) and no state. The decision's ``latency_ms`` is the probe's own (the prompt's prefill is the
-        generation's)."""
+        generation's). The last value says whether the prefill belongs in the returned message: a soft prefill is a
+        sentence that steers the policy, never part of its reply; a hard one is the forced opening of the policy's
+        own call or boxed answer, so it stays part of that call or answer."""
         started = time.perf_counter()
         try:
             decision, prompt, state = self.gates.probe_first_prompt(backend, messages, tools)
@@ -154,8 +158,10 @@ class Gater:
         else:
             record = asdict(decision)
             record["applied"] = record["action"]
+        prefill = "" if record["applied"] == "none" else self.prefill_text(record["applied"])
+        record["prefill"] = prefill     # the message never shows a soft one: the decision says what steered it
         records.append(record)
-        return prompt, state, "" if record["applied"] == "none" else self.prefill_text(record["applied"])
+        return prompt, state, prefill, self.policy.prefill_style == "hard"
 
     async def complete(self, request: dict, messages: list[dict]) -> dict:
         tools = request.get("tools") or []
@@ -170,7 +176,7 @@ class Gater:
         while True:
             context = messages + injected
             probed: list[dict] = []
-            if self._probes(context):
+            if self._probes(context, tools):
                 body, latency = await self.upstream.chat({**payload, "messages": context},
                                                          first_turn=partial(self.first_turn, probed, context, tools))
             else:

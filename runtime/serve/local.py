@@ -7,7 +7,9 @@ it prefills the prompt once (:meth:`Gates.probe_first_prompt`), decides, and ret
 and the response prefill, and generation resumes from that state, exactly as toolwise's agent loop does; later
 turns are plain generations. The messages become the loop's prompt through the runtime API's converter
 (:mod:`runtime.messages`), so the policy sees what it sees inside toolwise. The returned assistant
-content is the model's raw text (the prefill included, as the loop keeps it) and a call in it is also returned
+content is the text the policy generated: a soft prefill (a sentence that steers the generation) is not part of
+the reply and never appears in it (the probe's decision record names it); a hard prefill, the forced opening of
+the policy's own call or boxed answer, stays part of that call or answer. A call in the text is also returned
 as structured ``tool_calls``; a call the model wrote malformed stays text (the gating layer counts it in
 ``toolwise_malformed_calls_total``), never an error.
 
@@ -44,9 +46,10 @@ def _stops(value: Any) -> tuple[str, ...]:
     raise APIError(400, "stop: expected a string or a list of strings", code="invalid_request", param="stop")
 
 
-#: the gating layer's Probe&Prefill step: ``first_turn(backend) -> (prompt, prefill state, response prefill)``; an
-#: empty prompt: render it here (the probe failed), generate without a state
-FirstTurn = Callable[[Any], tuple[str, Any, str]]
+#: the gating layer's Probe&Prefill step: ``first_turn(backend) -> (prompt, prefill state, response prefill, shown)``;
+#: an empty prompt: render it here (the probe failed), generate without a state; ``shown``: the prefill is part of
+#: the policy's reply (a hard prefix opening its call or answer), else it only steers and the message leaves it out
+FirstTurn = Callable[[Any], tuple[str, Any, str, bool]]
 
 
 class LocalUpstream:
@@ -107,14 +110,14 @@ class LocalUpstream:
         except ValueError as e:
             raise APIError(400, f"messages: {e}", code="invalid_messages", param="messages") from e
         params = self._params(payload)
-        prompt, state, prefill = first_turn(self.backend) if first_turn is not None else ("", None, "")
+        prompt, state, prefill, shown = first_turn(self.backend) if first_turn is not None else ("", None, "", True)
         if not prompt:
             prompt = self.backend.render(P.template_messages(view.messages), tool_specs)
         gen = self.backend.generate([prompt + prefill], params, prefill_state=state,
                                     return_logprobs=bool(payload.get("logprobs")))[0]
-        raw = prefill + gen.text
+        raw = prefill + gen.text            # the turn the policy wrote, as the loop reads it
         call = parse_tool_call(raw)
-        message: dict[str, Any] = {"role": "assistant", "content": raw}
+        message: dict[str, Any] = {"role": "assistant", "content": raw if shown else gen.text}
         if call is not None:
             message["tool_calls"] = [{"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
                                       "function": {"name": call.name, "arguments": serialize(call.arguments)}}]

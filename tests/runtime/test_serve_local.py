@@ -23,6 +23,8 @@ from runtime.serve.__main__ import build  # noqa: E402
 from runtime.serve.local import LocalUpstream  # noqa: E402
 
 MAX_TOKENS = 12
+TOOLS = [{"type": "function", "function": {"name": "calculator", "description": "arithmetic",
+                                           "parameters": {"type": "object", "properties": {"x": {"type": "string"}}}}}]
 
 
 def calc_task(tid: str, expr: str) -> Task:
@@ -88,20 +90,53 @@ def test_first_turn_equals_the_agent_loops_with_the_probes_prefill(tiny_backend,
     assert body["usage"]["completion_tokens"] <= MAX_TOKENS and body["usage"]["prompt_tokens"] > 0
 
 
+def test_a_soft_prefill_steers_the_generation_but_is_never_in_the_reply(tiny_backend, probes):
+    """The soft prefill is a sentence put before the policy's generation: the reply is what the policy wrote after
+    it (the agent loop's text less the sentence), the decision record names the sentence."""
+    task = calc_task("c2", "6*7")
+    messages, tools, loop_text, gates = loop_first_turn(tiny_backend, task, probes["use"], "soft")
+    sentence = prefill_text("use", "soft")
+    assert loop_text.startswith(sentence)
+    with local_client(tiny_backend, gates, style="soft") as client:
+        r = client.post("/v1/chat/completions", json={"model": tiny_backend.model_id, "messages": messages,
+                                                       "tools": tools, "max_tokens": MAX_TOKENS})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    [d] = body["toolwise"]["decisions"]
+    assert d["action"] == "use" and d["prefill"] == sentence
+    content = body["choices"][0]["message"]["content"] or ""
+    assert sentence.strip() not in content
+    assert content == loop_text[len(sentence):]          # the same greedy continuation, without the sentence
+
+
+def test_a_request_without_tools_makes_no_probe_decision(tiny_backend, probes):
+    """With no tools offered there is no tool decision to make: no probe read, no prefill, nothing recorded."""
+    gates = Gates.load(probe_prefill=probes["use"])
+    with local_client(tiny_backend, gates, style="soft") as client:
+        r = client.post("/v1/chat/completions", json={"model": tiny_backend.model_id, "max_tokens": MAX_TOKENS,
+                                                       "messages": [{"role": "user", "content": "Say hello in French."}]})
+        assert r.status_code == 200, r.text
+        assert r.json()["toolwise"]["decisions"] == []
+        content = r.json()["choices"][0]["message"]["content"] or ""
+        assert not content.startswith(prefill_text("use", "soft")) and not content.startswith(prefill_text("skip", "soft"))
+        assert 'toolwise_gate_decisions_total{action="use",gate="probe_prefill"}' not in client.get("/metrics").text
+
+
 def test_later_turns_are_not_probed_and_metrics_count_the_probe(tiny_backend, probes):
     gates = Gates.load(probe_prefill=probes["skip"])
     msgs = [{"role": "user", "content": "What is 2+2?"}]
     with local_client(tiny_backend, gates, style="soft") as client:
         first = client.post("/v1/chat/completions", json={"model": tiny_backend.model_id, "messages": msgs,
-                                                           "logprobs": True})
+                                                           "tools": TOOLS, "logprobs": True})
         assert first.status_code == 200, first.text
         turn = first.json()["choices"][0]
-        assert turn["message"]["content"].startswith(prefill_text("skip", "soft"))
+        [d] = first.json()["toolwise"]["decisions"]
+        assert d["prefill"] == prefill_text("skip", "soft")
         lps = turn["logprobs"]["content"]
         assert len(lps) == first.json()["usage"]["completion_tokens"] and all(t["logprob"] <= 0 for t in lps)
         later = client.post("/v1/chat/completions", json={
-            "model": tiny_backend.model_id,
-            "messages": msgs + [{"role": "assistant", "content": turn["message"]["content"]},
+            "model": tiny_backend.model_id, "tools": TOOLS,
+            "messages": msgs + [{"role": "assistant", "content": turn["message"]["content"] or "4"},
                                 {"role": "user", "content": "Are you sure?"}]})
         assert later.status_code == 200 and later.json()["toolwise"]["decisions"] == []
         metrics = client.get("/metrics").text
@@ -118,7 +153,7 @@ def test_a_failing_probe_is_recorded_and_resolved_by_on_error(tiny_backend, prob
 
     gates.probe_first_prompt = broken
     with local_client(tiny_backend, gates, on_error=on_error) as client:
-        r = client.post("/v1/chat/completions", json={"model": tiny_backend.model_id,
+        r = client.post("/v1/chat/completions", json={"model": tiny_backend.model_id, "tools": TOOLS,
                                                        "messages": [{"role": "user", "content": "1+1?"}]})
         assert r.status_code == 200, r.text
         [d] = r.json()["toolwise"]["decisions"]

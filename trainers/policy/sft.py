@@ -8,7 +8,7 @@ demonstration per task, in a mode drawn from ``data.tool_modes``); a direct ``\\
 a call when the prompt says not to use tools (``data.direct`` rules: a seeded share of every task, in
 ``no_tool``/``hard_no_tool``); and a direct answer in ``default`` mode for the easy tasks a small model can learn
 to answer, so a default-mode policy does not call on everything (its tool demonstration then comes in
-``force`` mode: one prompt, one reply). v1 (``checkpoints/tool_sft/2026-11-30_05-03-54``, still loadable by path)
+``force`` mode: one prompt, one reply). v1 (``checkpoints/tool_sft/v1``, still loadable by path)
 had only the tool demonstrations and a no_tool answer for half the easy tasks.
 A held-out share of the tasks (``data.val_fraction``, split by task so no task is in both) gives the
 validation loss, the run's objective (the training loss when there is no validation split).
