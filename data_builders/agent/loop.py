@@ -65,8 +65,10 @@ class AgentConfig:
             raise ValueError(f"max_tool_calls must be null or an integer >= 0, got {self.max_tool_calls!r}")
         # A float (``max_new_tokens=1e9`` on a command line) or a count < 1 is a typo, never a budget: refuse it
         # here, before any model loads, rather than run episodes that cannot generate.
-        for name in ("max_new_tokens", "max_rounds", "max_in_flight") + (("max_context",) if self.max_context is not None else ()):
+        for name in ("max_new_tokens", "max_rounds", "max_in_flight", "max_context"):
             value = getattr(self, name)
+            if name == "max_context" and value is None:    # None: the model's own limit
+                continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
