@@ -240,6 +240,10 @@ class Gater:
                          {"role": "user", "content": P.VERIFY_PROMPT}]
         if self.policy.logprobs and not request.get("logprobs"):
             choice["logprobs"] = None       # asked for the gate, not by the client
+        if usage:
+            # what the request cost: every upstream call it made (re-asks and verification rounds included), not
+            # the last one alone; the last call's per-call details would not add up, so they are not kept
+            body["usage"] = {k: usage[k] for k in ("prompt_tokens", "completion_tokens", "total_tokens")}
         body["toolwise"] = {"decisions": decisions, "injected": injected, "upstream_calls": calls,
                             "upstream_ms": round(upstream_s * 1000, 3), "usage": dict(usage)}
         return body

@@ -174,6 +174,19 @@ def test_verification_rounds_are_bounded_per_conversation():
     assert body["choices"][0]["logprobs"]["content"]                  # the client asked: kept
 
 
+def test_usage_counts_every_upstream_call_of_the_request():
+    """A skip's re-ask and a verification round are upstream calls the request made: ``usage`` bills all of them."""
+    client, fake, _ = served(ForcedGates(tool_actions=["skip"], answer_actions=["continue"]))
+    with client:
+        body = ask(client).json()
+    assert body["toolwise"]["upstream_calls"] == len(fake.requests) == 3
+    prompt = sum(10 * len(r["messages"]) for r in fake.requests)     # the scripted upstream's prompt count
+    usage = body["usage"]
+    assert usage["prompt_tokens"] == prompt and usage["completion_tokens"] >= 3
+    assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
+    assert usage == {k: body["toolwise"]["usage"][k] for k in usage}
+
+
 @pytest.mark.parametrize("on_error,applied,upstream_calls", [("open", "execute", 1), ("closed", "skip", 2)])
 def test_a_failing_gate_is_recorded_and_resolved_by_on_error(on_error, applied, upstream_calls):
     client, fake, _ = served(ForcedGates(tool_actions=["raise"]), f"gates.on_error={on_error}")
