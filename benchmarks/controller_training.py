@@ -21,11 +21,12 @@ from sklearn.metrics import roc_auc_score
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
+from data_builders.gates import BY_KIND, GATES
 from data_builders.points.store import load_points
 from recipes import compose
 from trainers.controller.training import new_controller, raw_logits, split_tensors, train
 
-RECIPE_OF_KIND = {"probe": "probe_prefill", "flip": "toolgate"}
+LOGISTIC = ("probe_prefill", "toolgate")     # the gates whose controller is a logistic regression
 
 
 def auroc(y, s) -> float | None:
@@ -42,10 +43,10 @@ def main() -> None:
 
     points = load_points(args.points)
     kind = points.manifest["kind"]
-    if kind not in RECIPE_OF_KIND:
+    if kind not in BY_KIND or BY_KIND[kind].name not in LOGISTIC:
         raise SystemExit(f"{args.points}: a {kind!r} dataset; this benchmark compares the logistic controllers "
-                         f"(kinds {sorted(RECIPE_OF_KIND)}) with scikit-learn's LogisticRegression")
-    cfg = compose("fit", [f"recipe={RECIPE_OF_KIND[kind]}"])
+                         f"(kinds {sorted(GATES[g].kind for g in LOGISTIC)}) with scikit-learn's LogisticRegression")
+    cfg = compose("fit", [f"recipe={BY_KIND[kind].name}"])
     recipe = cfg.recipe
     OmegaConf.set_struct(recipe, False)
     if args.l2 is not None:

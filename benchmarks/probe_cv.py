@@ -20,7 +20,7 @@ import numpy as np
 from sklearn.model_selection import StratifiedKFold
 
 import recipes
-from data_builders.features import FEATURIZERS
+from data_builders.gates import GATES
 from data_builders.points.store import load_points
 from trainers.controller.baselines import _auroc, bag_of_words
 from trainers.controller.training import new_controller, raw_logits, train
@@ -45,9 +45,10 @@ def main() -> None:
     ap.add_argument("--folds", type=int, default=5)
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
-    cfg = recipes.compose("fit", ["recipe=probe_prefill", f"recipe.points.dir={args.points_dir}", "logger=none"])
-    points = load_points(args.points_dir, kind="probe", featurizer=FEATURIZERS["probe"].id)
-    x, y = FEATURIZERS["probe"].controller_input(points.features), points.labels
+    probe = GATES["probe_prefill"]
+    cfg = recipes.compose("fit", [f"recipe={probe.name}", f"recipe.points.dir={args.points_dir}", "logger=none"])
+    points = load_points(args.points_dir, kind=probe.kind, featurizer=probe.featurizer.id)
+    x, y = probe.featurizer.controller_input(points.features), points.labels
     negatives = int((y == 0).sum())
     if negatives < args.folds or int(y.sum()) < args.folds:
         raise SystemExit(f"{args.points_dir}: {negatives} negatives and {int(y.sum())} positives; "

@@ -329,7 +329,7 @@ class PTEGRPORecipe:
 
 @dataclass
 class Points:
-    kind: str = MISSING
+    # no kind: the recipe's gate's decision-point kind (data_builders.gates), not a setting
     root: str = MISSING
     dir: Optional[str] = MISSING
     # Free-form: keys of the ``build`` entry config set for this recipe; trainers/controller/points.py merges
@@ -364,21 +364,20 @@ class ProbeBaselines:
     bow_C: float = MISSING
 
 
-# The ``controller`` node holds the registry class's constructor arguments (controllers/), one shape per class.
+# The ``controller`` node holds the registry class's constructor arguments (controllers/), one shape per class; the
+# class is the recipe's gate's (data_builders.gates), so the node does not name it.
 @dataclass
 class LinearProbeArgs:
-    type: str = MISSING
     layers: Optional[List[int]] = MISSING
 
 
 @dataclass
 class ToolGateLogisticArgs:
-    type: str = MISSING
+    """ToolGateLogistic takes no constructor arguments besides its contract."""
 
 
 @dataclass
 class GStepMLPArgs:
-    type: str = MISSING
     hidden: int = MISSING
     depth: int = MISSING
     dropout: float = MISSING

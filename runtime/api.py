@@ -38,8 +38,6 @@ __all__ = ["Gates", "GateDecision", "SKIPPED_TOOL_MESSAGE", "VERIFY_PROMPT", "pr
 SKIPPED_TOOL_MESSAGE = serialize(dict(P.SKIPPED_CALL_RESULT))
 #: the user message a "continue" adds before re-asking
 VERIFY_PROMPT = P.VERIFY_PROMPT
-#: gate name -> decision-point kind of its featurizer (data_builders.features.FEATURIZERS)
-KINDS = {"toolgate": "flip", "g_step": "commit", "probe_prefill": "probe"}
 
 
 class _Tokenizer(ChatText):
@@ -102,7 +100,7 @@ class Gates:
         unknown = set(taus or {}) - set(paths)
         if unknown:
             raise ValueError(f"taus: unknown gate(s) {sorted(unknown)}; gates: {sorted(paths)}")
-        loaded = {name: checked(controllers.load(path), KINDS[name], policy, strict=strict)
+        loaded = {name: checked(controllers.load(path), name, policy, strict=strict)
                   for name, path in paths.items() if path is not None}
         trained_on = policy or next((c.contract.get("backend") for c in loaded.values()), None)
         if call_format == "auto":
@@ -158,7 +156,7 @@ class Gates:
         if self.probe_prefill is None:
             return None
         if self.strict:     # the probe reads this backend's states: they must be the ones it was trained on
-            checked(self.probe_prefill, "probe", backend.fingerprint)
+            checked(self.probe_prefill, "probe_prefill", backend.fingerprint)
         loop_messages = first_prompt_messages(messages, call_format=self.call_format)
         prompt = backend.render(P.template_messages(loop_messages), check_tools(tools))
         layers: Sequence[int] = list(range(self.probe_prefill.contract["input_shape"][0]))

@@ -26,8 +26,8 @@ import torch
 
 from controllers import Controller
 from data_builders.agent.hooks import EpisodeView, Hooks, PromptState
-from data_builders.features import FEATURIZERS
 from data_builders.features.gstep import gstep_features
+from data_builders.gates import GATES, gate_named
 from data_builders.features.toolgate import embed_texts, toolgate_state
 
 # Probe&Prefill's two prefill styles (docs/guide.md#when2tool-the-probe-pipeline): soft = one first-person sentence
@@ -46,18 +46,15 @@ def prefill_text(decision: Literal["skip", "use"], style: str, call_format: str 
     raise ValueError(f"prefill style {style!r}: choose soft or hard")
 
 
-def checked(controller: Controller, kind: str, policy: str | None, *, strict: bool = True) -> Controller:
-    """The controller, after checking it was trained on ``kind`` features of ``policy``."""
-    controller.check_contract(featurizer=FEATURIZERS[kind].id, backend=policy if strict else None)
+def checked(controller: Controller, gate_name: str, policy: str | None, *, strict: bool = True) -> Controller:
+    """The controller, after checking it was trained on the features of gate ``gate_name``'s featurizer, computed
+    on ``policy``."""
+    controller.check_contract(featurizer=gate_named(gate_name).featurizer.id, backend=policy if strict else None)
     return controller.eval()
 
 
 # ---- the decision code: the hooks below and the runtime API (runtime/api.py) both call these,
 # so a gate thresholds and featurizes the same way inside toolwise's loop and behind a user's agent.
-#: gate name -> (action when p >= τ, action otherwise)
-ACTIONS = {"toolgate": ("execute", "skip"), "g_step": ("continue", "commit"), "probe_prefill": ("use", "skip")}
-
-
 @dataclass
 class GateDecision:
     gate: str          # "toolgate" | "g_step" | "probe_prefill"
@@ -70,19 +67,19 @@ class GateDecision:
 def toolgate_input(episode: EpisodeView, call) -> torch.Tensor:
     """ToolGate's controller input ``[1, 384 + structural]`` for the pending ``call``."""
     text, structural = toolgate_state(episode, call)
-    return FEATURIZERS["flip"].controller_input({"embedding": torch.from_numpy(embed_texts([text])),
-                                                 "structural": torch.from_numpy(np.asarray(structural)[None])})
+    return GATES["toolgate"].featurizer.controller_input({"embedding": torch.from_numpy(embed_texts([text])),
+                                                          "structural": torch.from_numpy(np.asarray(structural)[None])})
 
 
 def gstep_input(episode: EpisodeView, answer_text: str) -> torch.Tensor:
     """G-STEP's controller input ``[1, N_FEATURES]`` for the answer ``answer_text``."""
-    return FEATURIZERS["commit"].controller_input(
+    return GATES["g_step"].featurizer.controller_input(
         {"features": torch.from_numpy(np.asarray(gstep_features(episode, answer_text))[None])})
 
 
 def probe_input(state: PromptState) -> torch.Tensor:
     """The probe's controller input ``[1, layers, d]`` from the prefill's hidden states."""
-    return FEATURIZERS["probe"].controller_input({"hidden": torch.as_tensor(state.hidden)[None]})
+    return GATES["probe_prefill"].featurizer.controller_input({"hidden": torch.as_tensor(state.hidden)[None]})
 
 
 def decide(gate: str, controller: Controller, x: torch.Tensor, tau: float | None, started: float) -> GateDecision:
@@ -90,7 +87,7 @@ def decide(gate: str, controller: Controller, x: torch.Tensor, tau: float | None
     ``time.perf_counter()`` at which featurizing began."""
     p = float(controller.predict_proba(x)[0])
     tau = float(controller.tau if tau is None else tau)
-    positive, negative = ACTIONS[gate]
+    positive, negative = GATES[gate].actions
     return GateDecision(gate, positive if p >= tau else negative, p, tau, (time.perf_counter() - started) * 1e3)
 
 

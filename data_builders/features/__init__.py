@@ -2,7 +2,8 @@
 (docs/architecture.md#dependency-direction).
 
 The labelers call them at build time and the agent hooks at run time, so a controller always sees features
-computed by the same function on the same state. One per decision point:
+computed by the same function on the same state. One per decision-point kind (which gate reads which:
+``data_builders.gates``, the gate registry):
 
 ==========  ==========================  =====================================================================
 kind        featurizer                  input at the decision moment

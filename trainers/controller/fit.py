@@ -21,7 +21,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from controllers import Controller
-
+from data_builders.gates import gate_named
 from trainers.controller.baselines import probe_baselines
 from trainers.controller.calibration import choose_tau, fit_temperature
 from trainers.controller.card import controller_card
@@ -54,7 +54,7 @@ def fit(recipe: DictConfig, cfg: DictConfig, run: RunInfo) -> Fitted:
     """``recipe=probe_prefill|toolgate|g_step``: build (or reuse) the decision points, fit, calibrate, export.
     The objective a sweep ranks by is the validation AUROC (the grid never looks at test)."""
     start = time.perf_counter()
-    kind = recipe.points.kind
+    kind = gate_named(recipe.name).kind
     points, build = decision_points(cfg, command=run.command)
     splits = split_tensors(points, kind)
     (x_tr, y_tr, _), (x_va, y_va, _) = splits["train"], splits["val"]

@@ -17,13 +17,15 @@ from omegaconf import DictConfig, OmegaConf
 import data_builders.build
 from data_builders.backends.loading import resolve_dtype
 from data_builders.features import FEATURIZERS
+from data_builders.gates import gate_named
 from data_builders.points.store import CorruptDataset, PointSet, load_points, read_manifest
 from recipes import compose
 
 
 def build_config(cfg: DictConfig) -> DictConfig:
     recipe = cfg.recipe
-    build = compose("build", [f"kind={recipe.points.kind}"])
+    kind = gate_named(recipe.name).kind     # the recipe is the gate: its decision points are of the gate's kind
+    build = compose("build", [f"kind={kind}"])
     for group in ("model", "backend", "tasks"):   # replaced whole: another source has other keys
         build[group] = cfg[group]
     build = OmegaConf.merge(build, recipe.points.build)   # typed: a key build.yaml lacks fails here
@@ -34,7 +36,7 @@ def build_config(cfg: DictConfig) -> DictConfig:
         # the dtype the states are computed in, not the word: "auto" is bf16 on a GPU and fp32 on a CPU
         ident["model"]["dtype"] = resolve_dtype(ident["model"]["dtype"], ident["model"]["device"])
         digest = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:10]
-        build.out_dir = str(Path(recipe.points.root) / recipe.points.kind / f"{build.tasks.source}-{digest}")
+        build.out_dir = str(Path(recipe.points.root) / kind / f"{build.tasks.source}-{digest}")
     else:
         build.out_dir = str(recipe.points.dir)
     return build
@@ -42,7 +44,7 @@ def build_config(cfg: DictConfig) -> DictConfig:
 
 def decision_points(cfg: DictConfig, command: str = "python -m trainers.fit") -> tuple[PointSet, DictConfig]:
     """The recipe's decision-point dataset (built or resumed if incomplete) and the build config behind it."""
-    kind = cfg.recipe.points.kind
+    kind = gate_named(cfg.recipe.name).kind
     build = build_config(cfg)
     manifest = Path(build.out_dir) / "manifest.json"
     complete = manifest.is_file() and read_manifest(manifest).get("complete")   # names a damaged file

@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from controllers import REGISTRY, Controller, make_contract
 from data_builders.features import FEATURIZERS
+from data_builders.gates import gate_named
 from data_builders.points.store import PointSet
 
 from trainers.controller.module import ControllerModule, TensorDataModule, balanced_weights
@@ -43,8 +44,9 @@ def new_controller(recipe: DictConfig, points: PointSet, x_train: torch.Tensor, 
     m = points.manifest
     contract = make_contract(m["featurizer"], m["backend"], x_train.shape[1:], kind=m["kind"],
                              label_rule=m["label_rule"], task_hash=m["task_hash"])
+    # the recipe names the gate, the gate its controller class; the recipe's controller node is that class's arguments
+    cls = REGISTRY[gate_named(recipe.name).controller]
     params = OmegaConf.to_container(recipe.controller, resolve=True)
-    cls = REGISTRY[params.pop("type")]
     # the initial weights are part of the run: seeded, so a rerun, or the same fit on N ranks, starts alike
     L.seed_everything(recipe.train.seed, workers=True, verbose=False)
     controller = cls(contract=contract, **{**params, **override})

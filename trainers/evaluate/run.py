@@ -95,12 +95,11 @@ class Loaded:
 
 
 # ---------------------------------------------------------------------------- arms
-def _controller(path: str, kind: str, policy: str, strict: bool) -> Loaded:
-
-
+def _controller(path: str, gate: str, policy: str, strict: bool) -> Loaded:
+    """The exported controller of ``gate`` (data_builders.gates) at ``path``, its contract checked."""
     p = Path(path)
     p = p if p.exists() else REPO_ROOT / p
-    return Loaded(checked(controllers.load(p), kind, policy, strict=strict), p, file_digest(p / "model.safetensors"))
+    return Loaded(checked(controllers.load(p), gate, policy, strict=strict), p, file_digest(p / "model.safetensors"))
 
 
 def _tau(value, controller) -> float:
@@ -121,7 +120,7 @@ def build_arms(cfg: DictConfig, policy: str, call_format: str) -> tuple[list[Arm
                                 bool(reasoning), agent={"constrained_calls": True} if constrained else {}))
 
     if a.get("probe"):
-        loaded["probe"] = _controller(a.probe.checkpoint, "probe", policy, a.strict_contracts)
+        loaded["probe"] = _controller(a.probe.checkpoint, "probe_prefill", policy, a.strict_contracts)
         probe, h = loaded["probe"].controller, loaded["probe"].digest
         for style in a.probe.styles:
             for decision in ("use", "skip"):
@@ -134,14 +133,14 @@ def build_arms(cfg: DictConfig, policy: str, call_format: str) -> tuple[list[Arm
                                 tau=tau, compose=_probe_composer(style, tau)))
 
     if a.get("toolgate"):
-        loaded["toolgate"] = _controller(a.toolgate.checkpoint, "flip", policy, a.strict_contracts)
+        loaded["toolgate"] = _controller(a.toolgate.checkpoint, "toolgate", policy, a.strict_contracts)
         gate, h = loaded["toolgate"].controller, loaded["toolgate"].digest
         for tau in sorted({_tau(t, gate) for t in a.toolgate.taus}):
             arms.append(Arm(f"toolgate@{tau:.2f}", "toolgate",
                             {"name": "toolgate", "gate": h, "tau": tau}, tau=tau,
                             hooks=lambda tau=tau: ToolGate(gate, tau)))
     if a.get("g_step"):
-        loaded["g_step"] = _controller(a.g_step.checkpoint, "commit", policy, a.strict_contracts)
+        loaded["g_step"] = _controller(a.g_step.checkpoint, "g_step", policy, a.strict_contracts)
         gstep, h = loaded["g_step"].controller, loaded["g_step"].digest
         for tau in sorted({_tau(t, gstep) for t in a.g_step.taus}):
             arms.append(Arm(f"g_step@{tau:.2f}", "g_step", {"name": "g_step", "gate": h, "tau": tau}, tau=tau,
