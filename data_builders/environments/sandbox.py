@@ -36,7 +36,8 @@ be defeated on its own:
    uncatchable SIGKILL, which also covers long C-level operations such as
    ``9**9**9`` that never return to the interpreter loop), ``RLIMIT_FSIZE``
    (a single file cannot grow past ``max_file_bytes``: CPython ignores SIGXFSZ,
-   so the write fails with ``EFBIG``), ``RLIMIT_NOFILE`` and ``RLIMIT_CORE=0``.
+   so the write fails with ``EFBIG``; the directory's total is layer 4's disk
+   quota), ``RLIMIT_NOFILE`` and ``RLIMIT_CORE=0``.
    The child may not raise them again (``resource.setrlimit``/``prlimit`` are
    blocked by the hook), which matters because a root child could otherwise
    lift its own hard limits. ``RLIMIT_NPROC`` is deliberately not relied on:
@@ -78,6 +79,17 @@ be defeated on its own:
      path and its system call), and so is any path whose resolution applies
      ``..`` to a directory inside the sandbox (another thread could move that
      directory up in the meantime, and the same ``..`` would climb out);
+   * a disk quota on the sandbox directory, ``max_total_bytes`` (the per-file
+     limit alone let 40 files of just under it through). No ``write`` has an
+     audit event, so the bound is taken where a file can start to grow: opening
+     a file for writing, ``truncate`` by path, ``mkdir``. There the hook adds up
+     every entry in the directory (at least one 4 KiB block each, so empty files
+     and directories count too), the room ``RLIMIT_FSIZE`` leaves each regular
+     file the process holds open for writing (read from the kernel's descriptor
+     table, so deleted-but-open files count as well), and the new file's room;
+     over the quota, the call fails with ``OSError(EDQUOT)``, as a file system
+     quota would. A closed file cannot grow without passing the check again,
+     and the bound keeps no state the code could reach and reset;
    * reading another process's ``/proc/<pid>/...`` (``environ`` holds the
      harness's API keys when there is no PID namespace; ``cmdline``, ``mem``,
      ``fd/``). The path is resolved as the kernel would (symlinks and /proc's
@@ -179,8 +191,11 @@ Reads other than /proc/<pid> of other processes are unrestricted: the child
 runs with the harness's user id and can read whatever that user can (as root:
 everything), mitigated by having no network. Without namespaces, metadata of
 other processes (``os.listdir('/proc')``, ``os.stat``/``os.readlink`` under
-``/proc/<pid>``) stays visible. Disk use inside the sandbox directory is
-bounded per file, not in total.
+``/proc/<pid>``) stays visible. The disk quota is checked when a file is
+opened, not at each write: threads that open files at the same instant can each
+pass the check before the others' files exist, exceeding the quota by at most
+``max_file_bytes`` per racing thread (threads are bounded by ``RLIMIT_AS``);
+files SQLite writes itself (with ``sqlite3`` preloaded) are bounded per file only.
 """
 
 from __future__ import annotations
@@ -210,6 +225,9 @@ class SandboxLimits:
     memory_mb: int = 512
     max_output_bytes: int = 1_000_000
     max_file_bytes: int = 10_000_000
+    # The whole sandbox directory (files, directories, the room of files open for writing): five files written
+    # at once, or any number closed, before writes are refused with EDQUOT.
+    max_total_bytes: int = 50_000_000
 
 
 @dataclass(frozen=True)
@@ -339,6 +357,7 @@ def _run(code: str, limits: SandboxLimits, start: float, namespaces: bool, prelo
                 sys.executable, "-I", "-X", "utf8", "-u", "-c", _CHILD_SOURCE,
                 work, code_path, str(report_w), str(limits.memory_mb * 1024 * 1024), str(cpu_s),
                 str(limits.max_file_bytes), str(_NOFILE), repr(limits.wall_s + 2.0), ",".join(preload),
+                str(limits.max_total_bytes),
             ]
             env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "HOME": work, "TMPDIR": work,
                    # One BLAS/OpenMP thread: a pool per core would not fit RLIMIT_AS on a many-core host.

@@ -18,6 +18,7 @@ def _sandbox_bootstrap(argv):
     report_fd, mem_bytes, cpu_s, fsize, nofile = (int(a) for a in argv[3:8])
     watchdog_s = float(argv[8])
     preload = [name for name in argv[9].split(",") if name]
+    disk_quota = int(argv[10])
     _write, _exit, _out, _err = posix.write, posix._exit, sys.stdout, sys.stderr
 
     def report(kind, error, code, BaseException=BaseException, encode=str.encode, hexlify=bytes.hex):
@@ -279,6 +280,38 @@ def _sandbox_bootstrap(argv):
             resolve(raw, what)
         return target
 
+    def _quota(target, adding, what, scandir=posix.scandir, listdir=posix.listdir, fstat=posix.fstat,
+               lstat=posix.lstat, fcntl_fn=fcntl.fcntl, F_GETFL=fcntl.F_GETFL, O_ACCMODE=posix.O_ACCMODE,
+               O_RDONLY=posix.O_RDONLY, S_ISREG=_stat_mod.S_ISREG, int=int, max=max, OSError=OSError,
+               EDQUOT=122, root=root, quota=disk_quota, fsize=fsize, block=4096):
+        # RLIMIT_FSIZE caps each file; this caps the directory. No write() is audited, so the bound is taken when
+        # a file is opened for writing (or truncated, or a directory made): what every entry holds now (at least
+        # a block each: empty files and directories cost an inode), plus, for each regular file this process
+        # holds open for writing, the room RLIMIT_FSIZE leaves it, plus ``adding``. A closed file cannot grow
+        # without passing here again. Stateless (the kernel's descriptor table, not a set the code could reach
+        # through a frame and clear), so tampering has nothing to change.
+        used, stack = adding, [root]
+        while stack:
+            with scandir(stack.pop()) as entries:
+                for entry in entries:
+                    st = entry.stat(follow_symlinks=False)
+                    used += max(block, -(-st.st_size // block) * block)
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(entry.path)
+        for name in listdir("/proc/self/fd"):
+            try:
+                fd = int(name)
+                writable = fcntl_fn(fd, F_GETFL) & O_ACCMODE != O_RDONLY
+                st = fstat(fd)
+            except OSError:       # the listing's own descriptor, closed by now
+                continue
+            if writable and S_ISREG(st.st_mode):
+                # deleted but still open: its bytes are on disk and in no directory
+                used += max(fsize - st.st_size, 0) + (st.st_size if st.st_nlink == 0 else 0)
+        if used > quota:
+            raise OSError(EDQUOT, "Disk quota exceeded: %s would let the sandbox directory hold %d bytes, over "
+                                  "its %d-byte quota" % (what, used, quota), target)
+
     def _sqlite_authorizer(action, arg1, arg2, db_name, source, str=str, type=type, lower=str.lower,
                            exact_s=str.__getitem__, full=slice(None), in_memory=("", ":memory:"),
                            store_pragmas=("temp_store_directory", "data_store_directory")):
@@ -291,7 +324,8 @@ def _sandbox_bootstrap(argv):
         return 0
 
     def _hook(event, args,
-              deny=_deny, text_of=_text, absolute=_absolute, resolve=_resolve, check_write=_check_write,
+              deny=_deny, text_of=_text, absolute=_absolute, resolve=_resolve, check_write=_check_write, quota=_quota,
+              fsize=fsize, block=4096, max=max,
               isinstance=isinstance, type=type, str=str, int=int, OSError=OSError,
               exact_s=str.__getitem__, full=slice(None), root=root, root_slash=root + "/",
               pstat=posix.stat, getpid=posix.getpid,
@@ -333,8 +367,8 @@ def _sandbox_bootstrap(argv):
               denied_setattr=frozenset({"__code__", "__defaults__", "__kwdefaults__"}),
               # The hook's helpers and the reporting path: frames expose them, and
               # swapped defaults there would break the check or the report.
-              own_functions=(_deny, _text, _fd_target, _resolve, _absolute, _check_write, _sqlite_authorizer,
-                             report, chain, describe, classify),
+              own_functions=(_deny, _text, _fd_target, _resolve, _absolute, _check_write, _quota,
+                             _sqlite_authorizer, report, chain, describe, classify),
               denied_imports=frozenset({
                   "ctypes", "_ctypes", "_ctypes_test", "cffi", "_cffi_backend", "_posixshmem",
                   "_sqlite3", "_dbm", "_gdbm", "readline", "syslog", "psutil", "_psutil_linux",
@@ -359,10 +393,13 @@ def _sandbox_bootstrap(argv):
                     deny("os.open for writing through a relative path with '..'")
                 try:
                     st = pstat(target)
-                except OSError:
+                except OSError:          # a new file: all the room RLIMIT_FSIZE gives it
+                    quota(target, fsize, "opening a new file for writing")
                     return
                 if not (S_ISREG(st.st_mode) or S_ISDIR(st.st_mode)):
                     deny("writing to a file that is not a regular file: " + target)
+                if S_ISREG(st.st_mode):
+                    quota(target, max(fsize - st.st_size, 0), "opening a file for writing")
                 return
             # Reading: anything but another process's /proc entries.
             text = text_of(path, "reading")
@@ -384,7 +421,17 @@ def _sandbox_bootstrap(argv):
         for name, spec in path_events:
             if event == name:
                 for path_index, fd_index in spec:
-                    check_write(args[path_index], None if fd_index < 0 else args[fd_index], event)
+                    target = check_write(args[path_index], None if fd_index < 0 else args[fd_index], event)
+                if name == "os.mkdir":
+                    quota(target, block, "making a directory")
+                elif name == "os.truncate" and not isinstance(args[0], int):
+                    # by path, a closed file may grow (up to RLIMIT_FSIZE); an open one's room is counted already
+                    try:
+                        size = pstat(target).st_size
+                    except OSError:
+                        size = 0
+                    length = args[1] if isinstance(args[1], int) else fsize
+                    quota(target, max(length - size, 0), "growing a file")
                 return
         if event in always_denied:
             deny(event + " is not allowed")
@@ -456,7 +503,7 @@ def _sandbox_bootstrap(argv):
         sys.modules["sqlite3"].connect = sys.modules["sqlite3.dbapi2"].connect = sqlite_connect
         del sqlite_connect
     sys.addaudithook(_hook)
-    del _hook, _deny, _text, _fd_target, _resolve, _absolute, _check_write, _sqlite_authorizer
+    del _hook, _deny, _text, _fd_target, _resolve, _absolute, _check_write, _quota, _sqlite_authorizer
 
     # The CPU soft limit becomes a catchable error with partial output; the
     # hard limit (one second later) still kills code that ignores or swallows it.

@@ -31,6 +31,14 @@ from data_builders.environments.sandbox import SandboxLimits, SandboxResult, run
 
 # Small limits keep the suite fast on 2 cores; the attacks don't need more.
 LIMITS = SandboxLimits(wall_s=2.0, cpu_s=1.0, memory_mb=256, max_output_bytes=100_000, max_file_bytes=1_000_000)
+QUOTA = replace(LIMITS, max_total_bytes=5_000_000)
+
+
+def on_disk(body: str) -> str:
+    """``body``, then (also when it raises) how many files the sandbox directory holds and their bytes."""
+    return ("import os\ntry:\n" + "".join(f"    {line}\n" for line in body.splitlines()) +
+            "finally:\n    files = [e for e in os.scandir() if e.is_file()]\n"
+            "    print(f'{len(files)} files, {sum(e.stat().st_size for e in files)} bytes')\n")
 # Python start-up (plus namespace set-up) on a loaded 2-core machine.
 SLACK_S = 1.5
 
@@ -364,6 +372,24 @@ ATTACKS = [
          r"^OutputLimitError: "),
     Case("huge_file_inside", "with open('big.bin', 'wb') as f:\n    f.write(b'x' * 2_000_000)", "exception",
          r"^OSError: \[Errno 27\] File too large"),
+    # --- disk quota (the per-file limit alone let 40 files of 0.99 MB through) -----------------------
+    Case("many_files_under_the_file_limit", on_disk("for i in range(40):\n    with open(f'f{i}', 'wb') as f:\n"
+         "        f.write(b'x' * 990_000)"), "exception", r"^OSError: \[Errno 122\] Disk quota exceeded: opening a new "
+         r"file for writing would let the sandbox directory hold \d+ bytes, over its 5000000-byte quota: '.*/f5'$",
+         stdout="5 files, 4950000 bytes\n", limits=QUOTA),
+    Case("many_files_open_at_once", on_disk("fs = [open(f'f{i}', 'wb') for i in range(40)]"), "exception",
+         r"^OSError: \[Errno 122\] Disk quota exceeded: .*'.*/f4'$", stdout="4 files, 0 bytes\n", limits=QUOTA),
+    Case("unlinked_while_open", on_disk("keep = []\nfor i in range(40):\n    f = open(f'f{i}', 'wb')\n"
+         "    os.unlink(f'f{i}')\n    f.write(b'x' * 990_000)\n    f.flush()\n    keep.append(f)"),
+         "exception", r"^OSError: \[Errno 122\] Disk quota exceeded: .*'.*/f5'$", stdout="0 files, 0 bytes\n",
+         limits=QUOTA),            # five deleted files of 0.99 MB still open: counted though in no directory
+    Case("grown_by_truncate", on_disk("for i in range(6):\n    open(f'f{i}', 'wb').close()\n"
+         "for i in range(6):\n    os.truncate(f'f{i}', 990_000)"), "exception",
+         r"^OSError: \[Errno 122\] Disk quota exceeded: growing a file .*'.*/f5'$", stdout="6 files, 4950000 bytes\n",
+         limits=QUOTA),
+    Case("many_directories", on_disk("for i in range(1000):\n    os.mkdir(str(i))"), "exception",
+         r"^OSError: \[Errno 122\] Disk quota exceeded: making a directory", stdout="0 files, 0 bytes\n",
+         limits=replace(QUOTA, max_total_bytes=200_000)),
     # --- recursion and crashes --------------------------------------------------------
     Case("deep_recursion", "def f(n):\n    return f(n + 1)\nf(0)", "exception",
          r"^RecursionError: maximum recursion depth exceeded$"),
