@@ -165,18 +165,21 @@ class Gater:
 
     async def complete(self, request: dict, messages: list[dict]) -> dict:
         tools = request.get("tools") or []
+        # the probe makes the tool decision only where the client left it to the model (tool_choice auto)
+        probe_tools = tools if request.get("tool_choice") in (None, "auto") else []
         payload = {k: v for k, v in request.items() if k != "messages"}
         if self.policy.logprobs:
             payload["logprobs"] = True      # G-STEP reads the answer's token log-probs
         injected: list[dict] = []
         decisions: list[dict] = []
+        malformed_calls: list[dict] = []
         usage: Counter = Counter()
         continues = sum(m.get("role") == "user" and m.get("content") == P.VERIFY_PROMPT for m in messages)
         reasks, calls, upstream_s = 0, 0, 0.0
         while True:
             context = messages + injected
             probed: list[dict] = []
-            if self._probes(context, tools):
+            if self._probes(context, probe_tools):
                 body, latency = await self.upstream.chat({**payload, "messages": context},
                                                          first_turn=partial(self.first_turn, probed, context, tools))
             else:
@@ -194,8 +197,14 @@ class Gater:
                     self.metrics.gate_errors.labels(rec["gate"]).inc()
             choice = body["choices"][0]
             turn = choice["message"]
-            if not turn.get("tool_calls") and "<tool_call>" in (turn.get("content") or ""):
-                self.metrics.malformed_calls.inc()      # opened a call nobody could parse: it stays text
+            noted = body.pop("toolwise", None)      # the local upstream's note: the markup it kept out of the reply
+            malformed = noted.get("malformed_call") if isinstance(noted, dict) else None
+            text = turn.get("content") or ""
+            if malformed is None and not turn.get("tool_calls") and "<tool_call>" in text:
+                malformed = text[text.find("<tool_call>"):]     # an HTTP upstream's: its content is left as sent
+            if malformed:       # opened a call nobody could parse: not a call, and no answer for G-STEP to judge
+                self.metrics.malformed_calls.inc()
+                malformed_calls.append({"round": calls - 1, "text": malformed})
             if turn.get("tool_calls"):
                 records = []
                 for call in turn["tool_calls"]:
@@ -221,7 +230,7 @@ class Gater:
                 if skipped:
                     turn["tool_calls"] = [c for c in turn["tool_calls"] if c["id"] not in skipped]
                 break
-            if turn.get("content") is None:
+            if turn.get("content") is None or malformed:
                 break
             # the completion's token counts and finish reason: G-STEP reads them with the log-probs
             rec = await self.answer(context, tools, body)
@@ -244,6 +253,7 @@ class Gater:
             # what the request cost: every upstream call it made (re-asks and verification rounds included), not
             # the last one alone; the last call's per-call details would not add up, so they are not kept
             body["usage"] = {k: usage[k] for k in ("prompt_tokens", "completion_tokens", "total_tokens")}
-        body["toolwise"] = {"decisions": decisions, "injected": injected, "upstream_calls": calls,
+        body["toolwise"] = {"decisions": decisions, "injected": injected, "malformed_calls": malformed_calls,
+                            "upstream_calls": calls,
                             "upstream_ms": round(upstream_s * 1000, 3), "usage": dict(usage)}
         return body

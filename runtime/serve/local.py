@@ -9,9 +9,14 @@ turns are plain generations. The messages become the loop's prompt through the r
 (:mod:`runtime.messages`), so the policy sees what it sees inside toolwise. The returned assistant
 content is the text the policy generated: a soft prefill (a sentence that steers the generation) is not part of
 the reply and never appears in it (the probe's decision record names it); a hard prefill, the forced opening of
-the policy's own call or boxed answer, stays part of that call or answer. A call in the text is also returned
-as structured ``tool_calls``; a call the model wrote malformed stays text (the gating layer counts it in
-``toolwise_malformed_calls_total``), never an error.
+the policy's own call or boxed answer, stays part of that call or answer. A call in the text is returned as
+structured ``tool_calls`` (finish_reason ``tool_calls``) and its markup is not left in ``content``, which keeps
+only the text around it (None when there is none). A ``<tool_call>`` the policy opened but wrote malformed is
+neither a call nor the answer: the reply is the text before it (finish_reason ``stop``), and the markup goes to
+the gating layer, which returns it in ``toolwise.malformed_calls`` and counts it
+(``toolwise_malformed_calls_total``); never an error. ``tool_choice``: ``none`` shows the policy no tools (and
+nothing it writes is read as a call); ``required`` forces the opening of a call, a named function the opening of
+that function's call up to its arguments (the hard "use" prefill, extended), so the policy writes the rest.
 
 One generation at a time (the backend is not thread-safe, and on CPU torch uses every core); for throughput put
 a vLLM server behind ``upstream=http`` — ToolGate and G-STEP work there."""
@@ -26,9 +31,10 @@ from anyio import CapacityLimiter, to_thread
 from pydantic import ValidationError
 
 from data_builders.agent import prompts as P
-from data_builders.agent.parsing import parse_tool_call
+from data_builders.agent.parsing import TOOL_CALL_CLOSE, TOOL_CALL_OPEN, ToolCall, parse_tool_call
 from data_builders.backends.base import SamplingParams
 from data_builders.environments.base import serialize
+from runtime.controller_hooks import prefill_text
 from runtime.messages import check_tools, episode_from_openai
 
 from .protocol import APIError, ChatResponse, validation_error
@@ -44,6 +50,35 @@ def _stops(value: Any) -> tuple[str, ...]:
     if isinstance(value, list) and all(isinstance(s, str) for s in value):
         return tuple(value)
     raise APIError(400, "stop: expected a string or a list of strings", code="invalid_request", param="stop")
+
+
+def forced_call_prefix(tool_choice: Any, call_format: str) -> str:
+    """The forced opening of the policy's turn for a ``tool_choice`` that decides the call: "required" opens a call
+    (the hard "use" prefill), a named function opens that function's call up to its arguments; "" otherwise."""
+    if tool_choice == "required":
+        return prefill_text("use", "hard", call_format)
+    if isinstance(tool_choice, dict):
+        text = P.tool_call_text(tool_choice["function"]["name"], {}, call_format)
+        return text[:text.rindex("{}")]      # ... "arguments": | "parameters":  — the policy writes the rest
+    return ""
+
+
+def split_call(text: str, call: ToolCall | None) -> tuple[str, str]:
+    """``(content, markup)`` of a turn's text: the call's markup (the ``<tool_call>`` block, or the JSON the lenient
+    parser read as the call) apart from the text around it. With no parsed call, an opened ``<tool_call>`` is
+    markup nobody could parse (a malformed call); text without either is all content."""
+    tag = text.find(TOOL_CALL_OPEN)
+    if tag >= 0:
+        end = text.find(TOOL_CALL_CLOSE, tag)
+        end = len(text) if end < 0 else end + len(TOOL_CALL_CLOSE)
+        return (text[:tag] + text[end:]).strip(), text[tag:end]
+    if call is not None and call.raw and call.raw in text:
+        start = text.index(call.raw)
+        before, after = text[:start], text[start + len(call.raw):]
+        for fence in ("```json", "```"):        # the fences the parser looks through
+            before, after = before.replace(fence, ""), after.replace(fence, "")
+        return (before + after).strip(), call.raw
+    return ("", text) if call is not None else (text, "")
 
 
 #: the gating layer's Probe&Prefill step: ``first_turn(backend) -> (prompt, prefill state, response prefill, shown)``;
@@ -104,20 +139,27 @@ class LocalUpstream:
 
     def _complete(self, payload: dict, first_turn: FirstTurn | None) -> dict:
         messages, tools = payload["messages"], payload.get("tools") or []
+        choice_of_tool = payload.get("tool_choice")
         try:
             view = episode_from_openai(messages, tools, call_format=self.call_format).view
-            tool_specs = check_tools(tools)
+            # tool_choice "none": the policy is shown no tools and nothing it writes is a call
+            offered = [] if choice_of_tool == "none" else check_tools(tools)
         except ValueError as e:
             raise APIError(400, f"messages: {e}", code="invalid_messages", param="messages") from e
         params = self._params(payload)
         prompt, state, prefill, shown = first_turn(self.backend) if first_turn is not None else ("", None, "", True)
         if not prompt:
-            prompt = self.backend.render(P.template_messages(view.messages), tool_specs)
+            prompt = self.backend.render(P.template_messages(view.messages), offered)
+        if not prefill and offered:     # "required" / a named function: the call is opened for the policy
+            prefill = forced_call_prefix(choice_of_tool, self.call_format)
         gen = self.backend.generate([prompt + prefill], params, prefill_state=state,
                                     return_logprobs=bool(payload.get("logprobs")))[0]
         raw = prefill + gen.text            # the turn the policy wrote, as the loop reads it
-        call = parse_tool_call(raw)
-        message: dict[str, Any] = {"role": "assistant", "content": raw if shown else gen.text}
+        call = parse_tool_call(raw) if offered else None
+        # the reply is the text around the call, never its markup (that is what tool_calls carries); an opened call
+        # nobody could parse is not returned as the answer either: the gating layer records it
+        content, markup = split_call(raw if shown else gen.text, call) if offered else (gen.text, "")
+        message: dict[str, Any] = {"role": "assistant", "content": content or (None if call is not None else "")}
         if call is not None:
             message["tool_calls"] = [{"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
                                       "function": {"name": call.name, "arguments": serialize(call.arguments)}}]
@@ -130,6 +172,8 @@ class LocalUpstream:
                 "model": payload.get("model", self.served[0]), "choices": [choice],
                 "usage": {"prompt_tokens": gen.prompt_tokens, "completion_tokens": gen.decode_tokens,
                           "total_tokens": gen.prompt_tokens + gen.decode_tokens}}
+        if call is None and markup:
+            body["toolwise"] = {"malformed_call": markup}     # read (and removed) by the gating layer
         return body
 
     def _token(self, token_id: int) -> str:

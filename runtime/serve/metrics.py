@@ -21,8 +21,9 @@ class Metrics:
         self.skipped_calls = Counter("toolwise_skipped_calls", "Proposed tool calls the ToolGate skipped",
                                      registry=r)
         self.continues = Counter("toolwise_continues", "Verification rounds G-STEP added", registry=r)
-        self.malformed_calls = Counter("toolwise_malformed_calls", "Turns of the local policy that opened a tool "
-                                       "call it did not write parseably (returned as text)", registry=r)
+        self.malformed_calls = Counter("toolwise_malformed_calls", "Turns that opened a tool call nobody could "
+                                       "parse (each in toolwise.malformed_calls; the local policy's markup is kept "
+                                       "out of the reply)", registry=r)
         self.gate_errors = Counter("toolwise_gate_errors", "Gate calls that raised", ["gate"], registry=r)
         self.upstream_latency = Histogram("toolwise_upstream_latency_seconds", "Upstream chat completion latency",
                                           buckets=UPSTREAM_BUCKETS, registry=r)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 
 class APIError(Exception):
@@ -69,10 +69,22 @@ class Tool(_Open):
     function: FunctionSpec
 
 
+class NamedFunction(_Open):
+    name: str
+
+
+class NamedToolChoice(_Open):
+    type: Literal["function"]
+    function: NamedFunction
+
+
 class ChatRequest(_Open):
     model: str
     messages: list[Message] = Field(min_length=1)
     tools: list[Tool] | None = None
+    # OpenAI's values: none = answer without a call, auto = the model decides, required = some call, a named
+    # function = that call. The gates' own decisions (the probe's included) are for "auto" (or no value) only.
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     stream: bool | None = False
     logprobs: bool | None = None
     n: int | None = Field(default=None, ge=1)
@@ -80,6 +92,16 @@ class ChatRequest(_Open):
     top_p: float | None = None
     max_tokens: int | None = Field(default=None, ge=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
+
+    @field_validator("tool_choice")
+    @classmethod
+    def _choice_among_tools(cls, choice: Any, info: ValidationInfo) -> Any:
+        names = [t.function.name for t in info.data.get("tools") or []]
+        if choice == "required" and not names:
+            raise ValueError("'required' needs tools to call: send tools, or tool_choice 'none' / 'auto'")
+        if isinstance(choice, NamedToolChoice) and choice.function.name not in names:
+            raise ValueError(f"function {choice.function.name!r} is not among the request's tools {names}")
+        return choice
 
 
 class AssistantTurn(_Open):

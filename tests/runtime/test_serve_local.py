@@ -13,6 +13,8 @@ from fastapi.testclient import TestClient  # noqa: E402
 import recipes  # noqa: E402
 from controllers import LinearProbe, make_contract  # noqa: E402
 from data_builders.agent.loop import Agent, AgentConfig  # noqa: E402
+from data_builders.backends.base import Generation  # noqa: E402
+from data_builders.backends.chat import ChatText  # noqa: E402
 from data_builders.features import FEATURIZERS  # noqa: E402
 from data_builders.tasks.schema import Task  # noqa: E402
 from runtime.api import Gates  # noqa: E402
@@ -21,6 +23,7 @@ from runtime.messages import call_format_of, to_openai  # noqa: E402
 from runtime.serve import create_app  # noqa: E402
 from runtime.serve.__main__ import build  # noqa: E402
 from runtime.serve.local import LocalUpstream  # noqa: E402
+from runtime.serve.testing import ForcedGates  # noqa: E402
 
 MAX_TOKENS = 12
 TOOLS = [{"type": "function", "function": {"name": "calculator", "description": "arithmetic",
@@ -193,3 +196,107 @@ def test_config_builds_a_local_upstream_and_refuses_a_probe_over_http(tiny_model
     assert upstream.base_url == f"local:{upstream.backend.fingerprint}"
     with pytest.raises(ValueError, match="needs upstream=local"):
         build(recipes.compose("serve", [f"gates.probe_prefill={probes['use']}"]))
+
+
+# ------------------------------------------------------------------ the protocol in local mode (scripted turns)
+class ScriptedPolicy(ChatText):
+    """The tiny policy's tokenizer and chat template with scripted turns: ``generate`` returns the next text of
+    ``texts`` (cut to the token budget) and records the prompt it was given."""
+
+    def __init__(self, tiny, texts):
+        self.tokenizer, self.model_id, self.fingerprint = tiny.tokenizer, tiny.model_id, tiny.fingerprint
+        self.config = tiny.config
+        self.texts, self.prompts = list(texts), []
+
+    def generate(self, prompts, params, *, prefill_state=None, return_logprobs=False, cache_keys=None,
+                 constraints=None):
+        self.prompts.append(prompts[0])
+        ids = self.tokenizer(self.texts.pop(0), add_special_tokens=False).input_ids
+        cut = ids[:params.max_new_tokens]
+        return [Generation(text=self.tokenizer.decode(cut), token_ids=cut, prompt_tokens=self.count_tokens(prompts[0]),
+                           finish_reason="length" if len(cut) < len(ids) else "eos")]
+
+    def release(self, keys):
+        pass
+
+
+def scripted_ask(tiny_backend, texts, gates=None, **body):
+    policy = ScriptedPolicy(tiny_backend, texts)
+    gates = ForcedGates() if gates is None else gates
+    with local_client(policy, gates) as client:
+        r = client.post("/v1/chat/completions", json={"model": tiny_backend.model_id, "tools": TOOLS,
+                                                       "messages": [{"role": "user", "content": "What is 6*7?"}],
+                                                       "max_tokens": 200, **body})
+        metrics = client.get("/metrics").text
+    return r, policy, gates, metrics
+
+
+def test_a_local_call_comes_back_as_tool_calls_without_its_markup_in_the_content(tiny_backend):
+    r, _, _, _ = scripted_ask(tiny_backend, ['Let me compute.\n<tool_call>\n{"name": "calculator", "arguments": '
+                                             '{"x": "6*7"}}\n</tool_call>'])
+    assert r.status_code == 200, r.text
+    choice = r.json()["choices"][0]
+    assert choice["finish_reason"] == "tool_calls" and choice["message"]["content"] == "Let me compute."
+    [call] = choice["message"]["tool_calls"]
+    assert call["function"] == {"name": "calculator", "arguments": '{"x": "6*7"}'}
+    r, _, _, _ = scripted_ask(tiny_backend, ['<tool_call>\n{"name": "calculator", "arguments": {}}\n</tool_call>'])
+    assert r.json()["choices"][0]["message"]["content"] is None          # nothing but the call
+
+
+def test_a_malformed_local_call_is_recorded_not_returned_as_the_answer(tiny_backend):
+    """An opened call nobody can parse is not a call (finish_reason stop, no tool_calls) and not an answer either:
+    the reply is the text before it, the markup is in toolwise.malformed_calls (and counted), G-STEP is not asked."""
+    r, _, gates, metrics = scripted_ask(tiny_backend, ['I will call it. <tool_call>\n{"name": calculator'])
+    assert r.status_code == 200, r.text
+    body = r.json()
+    choice = body["choices"][0]
+    assert choice["finish_reason"] == "stop" and "tool_calls" not in choice["message"]
+    assert choice["message"]["content"] == "I will call it."
+    assert body["toolwise"]["malformed_calls"] == [{"round": 0, "text": '<tool_call>\n{"name": calculator'}]
+    assert "toolwise_malformed_calls_total 1.0" in metrics
+    assert [s["gate"] for s in gates.seen] == [] and body["toolwise"]["decisions"] == []
+
+
+def test_tool_choice_none_offers_no_tools_and_returns_no_call(tiny_backend):
+    r, policy, _, _ = scripted_ask(tiny_backend, ['<tool_call>\n{"name": "calculator", "arguments": {}}\n</tool_call>'],
+                                   tool_choice="none")
+    assert r.status_code == 200, r.text
+    choice = r.json()["choices"][0]
+    assert "tool_calls" not in choice["message"] and choice["finish_reason"] == "stop"
+    assert "calculator" not in policy.prompts[0]                          # the policy was shown no tools
+    auto = ScriptedPolicy(tiny_backend, ["x"])
+    with local_client(auto, ForcedGates()) as client:
+        client.post("/v1/chat/completions", json={"model": tiny_backend.model_id, "tools": TOOLS,
+                                                  "messages": [{"role": "user", "content": "What is 6*7?"}]})
+    assert "calculator" in auto.prompts[0]
+
+
+#: (tool_choice, call format) -> (the opening forced on the policy, the rest it writes)
+OPENINGS = {("required", "xml"): ("<tool_call>\n", '{"name": "calculator", "arguments": {"x": "1"}}\n</tool_call>'),
+            ("named", "xml"): ('<tool_call>\n{"name": "calculator", "arguments": ', '{"x": "1"}}\n</tool_call>'),
+            ("required", "native"): ('{"name": "', 'calculator", "parameters": {"x": "1"}}'),
+            ("named", "native"): ('{"name": "calculator", "parameters": ', '{"x": "1"}}')}
+
+
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "calculator"}}])
+def test_tool_choice_required_or_named_opens_the_call_for_the_policy(tiny_backend, choice):
+    kind = "required" if choice == "required" else "named"
+    opening, rest = OPENINGS[kind, call_format_of(tiny_backend.fingerprint)]
+    r, policy, _, _ = scripted_ask(tiny_backend, [rest], tool_choice=choice)
+    assert r.status_code == 200, r.text
+    assert policy.prompts[0].endswith(opening)
+    message = r.json()["choices"][0]["message"]
+    assert message["tool_calls"][0]["function"] == {"name": "calculator", "arguments": '{"x": "1"}'}
+    assert message["content"] is None
+
+
+@pytest.mark.parametrize("choice,tools,says", [
+    ({"type": "function", "function": {"name": "search"}}, TOOLS, "'search' is not among the request's tools"),
+    ("required", None, "'required' needs tools"), ("sometimes", TOOLS, "tool_choice")])
+def test_a_tool_choice_that_cannot_be_honoured_is_a_400(tiny_backend, choice, tools, says):
+    with local_client(ScriptedPolicy(tiny_backend, []), None) as client:
+        r = client.post("/v1/chat/completions", json={"model": tiny_backend.model_id, "tools": tools,
+                                                       "tool_choice": choice,
+                                                       "messages": [{"role": "user", "content": "q"}]})
+    assert r.status_code == 400 and r.json()["error"]["param"].startswith("tool_choice")
+    assert says in r.json()["error"]["message"]
