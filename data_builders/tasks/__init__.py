@@ -21,10 +21,11 @@ from .schema import DIFFICULTIES, ENV_CATEGORY, EnvSpec, Task, TaskFormatError
 from .when2tool import HUB_ID, load_when2tool
 
 __all__ = ["Task", "EnvSpec", "TaskFormatError", "ENV_CATEGORY", "load_tasks", "interleave", "stratified_sample",
-           "tasks_from_config", "check_selection", "SOURCE_ENVS",
+           "tasks_from_config", "check_selection", "SOURCE_ENVS", "MIXTURE",
            "TASK_SOURCES"]
 
 TASK_SOURCES = ("builtin", "when2tool", "gsm8k")
+MIXTURE = "mixture"   # the ``tasks`` option that lists several sources (tasks_from_config)
 # The environments each source can yield: an ``envs`` filter naming any other selects nothing, silently.
 SOURCE_ENVS = {"builtin": tuple(sorted(set(BUILTIN_ENVS) | set(MULTIHOP_GENERATORS))),
                "when2tool": tuple(ENVIRONMENTS), "gsm8k": ("CalculatorEnv",)}
@@ -143,7 +144,19 @@ def stratified_sample(tasks: Sequence[Task], per_cell: int, seed: int = 0) -> li
 
 def tasks_from_config(cfg, split: str | None = None) -> list[Task]:
     """Tasks for a Hydra run: the ``tasks`` group's ``source`` picks the loader, its other keys are the
-    loader's keyword arguments; ``split`` (default: the run's ``split``) and ``limit`` come from the top level."""
-    options = OmegaConf.to_container(cfg.tasks, resolve=True)
+    loader's keyword arguments; ``split`` (default: the run's ``split``) and ``limit`` come from the top level.
+    ``source: mixture`` (``tasks=mixture``) loads each of its parts (a source's options, or null for none) the
+    same way, one after another, ``limit`` applying to each."""
+    return _from_options(OmegaConf.to_container(cfg.tasks, resolve=True), split or cfg.split, cfg.get("limit"))
+
+
+def _from_options(options: dict, split: str, limit: int | None = None) -> list[Task]:
+    """:func:`tasks_from_config` on a plain ``tasks`` node."""
+    options = dict(options)
     source = options.pop("source")
-    return load_tasks(source, split=split or cfg.split, limit=cfg.get("limit"), **options)
+    if source == MIXTURE:
+        parts = {name: part for name, part in options.items() if part is not None}
+        if not parts:
+            raise ValueError(f"tasks=mixture with every part null selects no task; set one of {sorted(options)}")
+        return [t for part in parts.values() for t in _from_options(part, split, limit)]
+    return load_tasks(source, split=split, limit=limit, **options)

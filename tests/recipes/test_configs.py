@@ -1,18 +1,23 @@
 """The Hydra config root against its structured configs (recipes/schema.py): every entry config composes with
 every option of every group it selects, every node is typed by a dataclass (bar the declared free-form ones),
-unknown keys and wrong types fail at compose time, and each default is written once. No model, no torch."""
+unknown keys, wrong types, values outside a field's checks and overrides a recipe would ignore fail at compose
+time, and each default is written once: on its schema field, never again in a YAML file. No model, no torch."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 import shutil
+import subprocess
+import sys
+import typing
 from pathlib import Path
 
 import pytest
 from hydra import compose as hydra_compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 from hydra.utils import instantiate
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 
 import recipes
 from data_builders.agent.loop import AgentConfig
@@ -40,12 +45,18 @@ ENTRY_GROUPS = {
     "serve": ["upstream", "model", "backend", "checkpoints"],
 }
 BASE = {"fit": ["recipe=g_step"]}                     # fit has no default recipe
+# A group option composed with a recipe that reads it: only pte_grpo prices episodes on a hardware profile.
+GROUP_BASE = {("fit", "hardware"): ["recipe=pte_grpo"]}
 NEEDS = {"model=hf": ["model.name=/some/dir"]}       # hf's model.name is mandatory
+# Options an entry config refuses (test_an_override_a_config_would_ignore_is_refused_naming_it checks why).
+REFUSED = {("factorized", "tasks", name) for name in options("tasks") if name != "gsm8k"}
 # Nodes typed as free-form on purpose (recipes/schema.py says why), with everything under them.
 FREE_FORM = ("recipe.points.build", "backend.engine_kwargs", "arms.policies[")
 
-CASES = [(entry, [*BASE.get(entry, []), f"{group}={name}", *NEEDS.get(f"{group}={name}", [])])
-         for entry, groups in ENTRY_GROUPS.items() for group in groups for name in options(group)]
+CASES = [(entry, [*GROUP_BASE.get((entry, group), BASE.get(entry, [])), f"{group}={name}",
+                  *NEEDS.get(f"{group}={name}", [])])
+         for entry, groups in ENTRY_GROUPS.items() for group in groups for name in options(group)
+         if (entry, group, name) not in REFUSED]
 CASES += [("fit", [f"+experiment={p.stem}"]) for p in sorted((ROOT / "experiment").glob("*.yaml"))]
 
 
@@ -128,8 +139,8 @@ def test_every_hydra_job_checks_keys_before_it_runs():
         with initialize_config_dir(config_dir=recipes.CONFIG_DIR, version_base="1.3"):
             cfg = hydra_compose(entry, [*BASE.get(entry, []), f"+{group}.bogus=1"], return_hydra_config=True)
         callbacks = [instantiate(c) for c in cfg.hydra.callbacks.values()]
-        assert any(isinstance(c, schema.CheckKeys) for c in callbacks), entry
-        check = next(c for c in callbacks if isinstance(c, schema.CheckKeys))
+        assert any(isinstance(c, schema.CheckConfig) for c in callbacks), entry
+        check = next(c for c in callbacks if isinstance(c, schema.CheckConfig))
         with pytest.raises(SystemExit, match=rf"{group}.bogus \(not a field of"):
             check.on_job_start(config=cfg, task_function=None)
 
@@ -236,7 +247,7 @@ def test_the_cache_key_of_the_shipped_configs_is_what_it_was():
 @pytest.mark.parametrize("entry", ["fit", "evaluate", "factorized"])
 @pytest.mark.parametrize("name", options("hardware"))
 def test_hardware_override_selects_a_profile_on_every_entry_pricing_pte(entry, name):
-    cfg = recipes.compose(entry, [*BASE.get(entry, []), f"hardware={name}"])
+    cfg = recipes.compose(entry, [*GROUP_BASE.get((entry, "hardware"), BASE.get(entry, [])), f"hardware={name}"])
     assert hardware.get_profile(cfg.hardware) == hardware.PROFILES[name]
     assert (ROOT / "hardware" / f"{name}.yaml").read_text().startswith(f"# hardware={name} ")
 
@@ -255,3 +266,248 @@ def test_hardware_profiles_are_the_yaml_files(tmp_path):
     edited.rename(copy / "h100_pcie_other.yaml")
     with pytest.raises(ValueError, match=r"name 'h100_pcie_dense' must be the file's name"):
         hardware.load_profiles(copy)
+
+
+
+# ------------------------------------------------------------------------------------------- defaults written once
+# Derived from a runtime dataclass (recipes/schema.py: derived): their defaults and help live in that class.
+DERIVED = {schema.HardwareConfig, schema.AgentSettings, schema.PTESettings, schema.AgentLoopConfig}
+SCHEMA_BY_NAME = {(group, name): cls for group, name, cls in schema.SCHEMAS}
+
+
+def _dataclasses_in(hint) -> list[type]:
+    if dataclasses.is_dataclass(hint):
+        return [hint]
+    return [c for arg in typing.get_args(hint) for c in _dataclasses_in(arg)]
+
+
+def schema_classes() -> set[type]:
+    """Every dataclass the stored schemas are made of (nested nodes, list elements, optional nodes)."""
+    seen, todo = set(), [cls for _, _, cls in schema.SCHEMAS]
+    while todo:
+        cls = todo.pop()
+        if cls not in seen:
+            seen.add(cls)
+            todo += [c for hint in typing.get_type_hints(cls).values() for c in _dataclasses_in(hint)]
+    return seen
+
+
+def test_every_schema_field_has_a_default_or_is_documented_as_required():
+    classes = schema_classes()
+    assert {schema.SFTDirectRule, schema.GStepMLPArgs, schema.ServeGates, schema.HardwareConfig} <= classes
+    for cls in classes:
+        for f in dataclasses.fields(cls):
+            where = f"{cls.__name__}.{f.name}"
+            has_default = f.default_factory is not dataclasses.MISSING or f.default not in (dataclasses.MISSING,
+                                                                                             MISSING)
+            assert has_default != bool(f.metadata.get("required")), f"{where}: a default, or required (not both)"
+            if cls not in DERIVED or not has_default:     # a derived default is documented where it is written
+                assert f.metadata.get("help"), f"{where} has no help"
+
+
+def node_defaults(cls: type) -> dict:
+    return OmegaConf.to_container(OmegaConf.structured(cls), resolve=False)
+
+
+def option_schema(group: str, name: str) -> type:
+    """The schema a group option extends: its defaults list names the schema, or another option of the group."""
+    for entry in OmegaConf.load(ROOT / group / f"{name}.yaml").get("defaults", []):
+        if isinstance(entry, str) and entry != "_self_":
+            base = entry.split("@")[0]
+            return SCHEMA_BY_NAME.get((group, base)) or option_schema(group, base)
+    raise AssertionError(f"{group}/{name}.yaml extends no schema")
+
+
+def node_schemas(path: Path) -> dict[str, type]:
+    """package ("" = the file's own node) -> the schema that types it, for one YAML file of the config root."""
+    if path.parent == ROOT:                                           # an entry config
+        return {"": SCHEMA_BY_NAME[(None, f"{path.stem}_schema")]}
+    if not path.read_text().startswith("# @package _global_"):     # a group option
+        return {"": option_schema(path.parent.name, path.stem)}
+    out = {"": schema.FitConfig}                                    # a recipe or an experiment: fit's groups
+    for entry in OmegaConf.load(path).defaults:
+        if isinstance(entry, str) and "@" in entry:                  # <recipe>_schema@recipe
+            name, package = entry.split("@")
+            out[package] = SCHEMA_BY_NAME[(package, name)]
+        elif not isinstance(entry, str):                             # override /<group>: <option>
+            (key, option), = entry.items()
+            group = key.split("/")[-1]
+            out[group] = (node_schemas(ROOT / "recipe" / f"{option}.yaml")["recipe"] if group == "recipe"
+                          else option_schema(group, option))
+    return out
+
+
+def restated(spec, default, path: str = "") -> list[str]:
+    """Keys of ``spec`` (a YAML file's node) whose value is the schema ``default`` node's own."""
+    out = []
+    for key, value in spec.items():
+        where = f"{path}.{key}" if path else str(key)
+        if where.endswith("points.build"):        # free-form, merged onto the build entry config
+            out += restated(value, node_defaults(schema.BuildConfig), where)
+            continue
+        known = default.get(key, MISSING) if isinstance(default, dict) else MISSING
+        if known == MISSING:
+            continue
+        if isinstance(value, dict) and isinstance(known, dict):
+            out += restated(value, known, where)
+        elif value == known:
+            out.append(where)
+    return out
+
+
+def yaml_files() -> list[Path]:
+    # W&B sweep specs, Hydra's own settings and `accelerate launch` configs are not schema-typed
+    return sorted(p for p in ROOT.rglob("*.yaml") if p.parent.name not in ("sweep", "hydra", "accelerate"))
+
+
+def test_no_yaml_file_restates_a_schema_default():
+    assert restated({"shard_size": 32, "limit": 5, "kind": "flip"}, node_defaults(schema.BuildConfig)) == ["shard_size"]
+    assert restated({"recipe": {"points": {"build": {"max_rounds": 4}}}},
+                    node_defaults(schema.GStepRecipe), "") == []   # a free-form node's keys: see the next line
+    assert restated({"build": {"max_rounds": 4, "limit": 32}}, {"build": {}}, "points") == ["points.build.max_rounds"]
+    found = []
+    for path in yaml_files():
+        spec = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+        spec.pop("defaults", None)
+        schemas = node_schemas(path)
+        for key, value in spec.items():
+            if key in schemas and key:
+                found += [f"{path.relative_to(ROOT)}: {k}" for k in
+                          restated(value, node_defaults(schemas[key]), key)]
+            else:
+                found += [f"{path.relative_to(ROOT)}: {k}" for k in
+                          restated({key: value}, node_defaults(schemas[""]))]
+    assert found == []
+
+
+# ------------------------------------------------------------------------------------------- values checked early
+@pytest.mark.parametrize("entry,overrides,error", [
+    ("build", ["shard_size=-1"], r"shard_size=-1: must be >= 1"),
+    ("build", ["kind=probes"], r"kind='probes': choose one of probe, flip, commit"),
+    ("build", ["val_fraction=1.5"], r"val_fraction=1.5: must be < 1"),
+    ("fit", ["recipe=g_step", "recipe.train.optimizer=adamww"], r"recipe.train.optimizer='adamww': choose one of "
+                                                                r"lbfgs, adamw"),
+    ("fit", ["recipe=g_step", "recipe.train.lr=-1"], r"recipe.train.lr=-1.0: must be > 0"),
+    ("fit", ["recipe=g_step", "+recipe.points.build.shard_size=0"], r"recipe.points.build.shard_size=0: must be >= 1"),
+    ("fit", ["recipe=g_step", "+recipe.points.build.shard_sise=8"], r"recipe.points.build.shard_sise \(not a field "
+                                                                    r"of BuildConfig\)"),
+    ("fit", ["recipe=toolgate", "recipe.calibration.tau_method=median"], r"tau_method='median': choose one of fixed"),
+    ("fit", ["recipe=tool_sft", "recipe.train.learning_rate=0"], r"recipe.train.learning_rate=0.0: must be > 0"),
+    ("fit", ["recipe=tool_sft", "recipe.train.lr_scheduler_type=cosin"], r"lr_scheduler_type='cosin': choose one"),
+    ("fit", ["recipe=tool_sft", "recipe.data.direct.0.fraction=2"], r"recipe.data.direct\[0\].fraction=2.0: must "
+                                                                    r"be <= 1"),
+    ("fit", ["recipe=pte_grpo", "recipe.generation.vllm_mode=remote"], r"vllm_mode='remote': choose one of colocate"),
+    ("fit", ["recipe=pte_grpo", "recipe.generation.num_generations=1"], r"num_generations=1: must be >= 2"),
+    ("fit", ["recipe=pte_grpo", "recipe.reward.normaliser=-2"], r"normaliser=-2: must be auto or a positive"),
+    ("fit", ["recipe=pte_grpo", "recipe.reward.kind=ptee"], r"kind='ptee': choose one of pte, otc"),
+    ("fit", ["recipe=g_step", "model.dtype=fp8"], r"model.dtype='fp8': choose one of auto, float32"),
+    ("evaluate", ["arms.probe.taus=[0.5,1.5]"], r"arms.probe.taus=\[0.5, 1.5\]: \[1.5\]: each τ is a number in"),
+    ("evaluate", ["executor=ray", "executor.workers=0"], r"executor.workers=0: must be >= 1"),
+    ("rollout", ["backend=vllm", "backend.gpu_memory_utilization=1.2"], r"gpu_memory_utilization=1.2: must be <= 1"),
+])
+def test_a_value_outside_its_fields_checks_fails_at_compose_time_naming_the_key(entry, overrides, error):
+    with pytest.raises(ConfigCompositionException, match=error):
+        recipes.compose(entry, overrides)
+
+
+def test_a_bad_value_ends_the_command_before_any_model_loads(tmp_path):
+    """Before, ``shard_size=-1`` loaded the model and failed on a missing parquet column, leaving a manifest with no
+    shards; ``recipe.train.optimizer=adamww`` failed after the decision points were built."""
+    out = tmp_path / "points"
+    for cmd, says in (
+            (["data_builders.build", "shard_size=-1", "limit=1", f"out_dir={out}"], "shard_size=-1: must be >= 1"),
+            (["trainers.fit", "recipe=g_step", "recipe.train.optimizer=adamww", "logger=none",
+              f"recipe.points.root={out}"], "recipe.train.optimizer='adamww': choose one of lbfgs, adamw")):
+        proc = subprocess.run([sys.executable, "-m", *cmd, f"hydra.run.dir={tmp_path / 'run'}"], cwd=REPO,
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode != 0 and says in proc.stderr, proc.stderr[-2000:]
+        assert "building" not in proc.stdout and not out.exists()
+
+
+# ------------------------------------------------------------------------------------------- groups honoured or refused
+@pytest.mark.parametrize("entry,overrides,error", [
+    ("fit", ["recipe=tool_sft", "backend=vllm"], r"backend \(recipe=tool_sft does not read backend: TRL trains"),
+    ("fit", ["recipe=pte_grpo", "backend.name=hf"], r"backend.name \(recipe=pte_grpo does not read backend"),
+    ("fit", ["recipe=tool_sft", "trainer.devices=2"], r"trainer.devices \(recipe=tool_sft does not read trainer"),
+    ("fit", ["recipe=pte_grpo", "trainer=default"], r"trainer \(recipe=pte_grpo does not read trainer"),
+    ("fit", ["recipe=tool_sft", "hardware=h200_nvl_paper"], r"hardware \(recipe=tool_sft does not read hardware"),
+    ("fit", ["recipe=g_step", "hardware=h200_nvl_paper"], r"hardware \(recipe=g_step does not read hardware"),
+    ("fit", ["recipe=tool_sft", "model.max_batch_size=8"], r"model.max_batch_size \(recipe=tool_sft does not read"),
+    ("fit", ["recipe=pte_grpo", "recipe.lora.r=8"], r"recipe.lora.r \(model.adapter=checkpoints/tool_sft/\S+ is "
+                                                    r"trained further"),
+    ("fit", ["recipe=tool_sft", "logger=csv"], r"logger=csv \(recipe=tool_sft reports through TRL"),
+    ("factorized", ["tasks=builtin"], r"tasks=builtin \(the factorized framework runs on GSM8K problems"),
+    ("factorized", ["tasks.distractor=hedged"], r"tasks.distractor \(each setting of `distractors` chooses"),
+])
+def test_an_override_a_config_would_ignore_is_refused_naming_it(entry, overrides, error):
+    with pytest.raises(ConfigCompositionException, match=error):
+        recipes.compose(entry, overrides)
+
+
+@pytest.mark.parametrize("overrides", [
+    ["recipe=g_step", "backend=vllm", "trainer.devices=2", "tasks=when2tool", "logger=csv"],   # a controller reads them
+    ["recipe=pte_grpo", "hardware=h200_nvl_paper", "model.max_batch_size=8"],   # γ and generation batches
+    ["recipe=tool_sft", "model=smollm2_base", "recipe.lora.r=8", "tasks=when2tool"],   # no adapter: a fresh LoRA
+    ["recipe=pte_grpo", "model=hf", "model.name=/some/dir", "recipe.lora.r=8"],
+])
+def test_what_a_recipe_reads_can_be_overridden(overrides):
+    recipes.compose("fit", overrides)
+
+
+def test_the_command_line_check_refuses_an_ignored_group_too():
+    """The callback every Hydra job runs sees the job's own overrides (a multirun job: its own)."""
+    with initialize_config_dir(config_dir=recipes.CONFIG_DIR, version_base="1.3"):
+        cfg = hydra_compose("fit", ["recipe=tool_sft", "backend=vllm"], return_hydra_config=True)
+        ok = hydra_compose("fit", ["recipe=g_step", "backend=vllm"], return_hydra_config=True)
+    check = next(c for c in map(instantiate, cfg.hydra.callbacks.values()) if isinstance(c, schema.CheckConfig))
+    with pytest.raises(SystemExit, match=r"refused: backend \(recipe=tool_sft does not read backend"):
+        check.on_job_start(config=cfg, task_function=None)
+    check.on_job_start(config=ok, task_function=None)
+
+
+# ------------------------------------------------------------------------------------------- tasks
+def write_when2tool_dir(path: Path, train_ids=(11001, 11002), test_ids=(11901,)) -> Path:
+    """A When2Tool-format task directory (the benchmark's four files) of Calculator tasks with these ids, each
+    single-hop split with one multi-hop task beside it (id + 150000)."""
+    def calc(i):
+        return {"id": i, "difficulty": "easy", "multi_step": False, "instruction": f"Answer with only the number: "
+                f"{i % 100}+3", "environments": [{"name": "CalculatorEnv", "tools": ["evaluate_expression"],
+                                                 "parameters": {}}],
+                "expected": {"answer": str(i % 100 + 3)}, "tags": ["calculator", "single_round"]}
+
+    def multi(i):
+        return {"id": i + 150000, "difficulty": "easy", "multi_step": True,
+                "instruction": "Three-step computation: First compute x = 1+2. Then compute y = x*5. Finally "
+                               "compute z = y-5. Return only z.",
+                "environments": [{"name": "CalculatorEnv", "tools": ["evaluate_expression"], "parameters": {}}],
+                "expected": {"answer": "10", "steps": ["3", "15", "10"]}, "tags": ["calculator", "multihop_3step"]}
+
+    path.mkdir(parents=True, exist_ok=True)
+    for split, ids in (("train", train_ids), ("test", test_ids)):
+        (path / f"tasks_v1_{split}.json").write_text(json.dumps([calc(i) for i in ids]))
+        (path / f"tasks_v1_multihop_{split}.json").write_text(json.dumps([multi(ids[0])]))
+    return path
+
+
+def test_the_policy_recipes_select_their_tasks_through_the_tasks_group(tmp_path):
+    from data_builders.tasks import load_tasks, tasks_from_config
+
+    sft, grpo = recipes.compose("fit", ["recipe=tool_sft"]), recipes.compose("fit", ["recipe=pte_grpo"])
+    assert (sft.tasks.source, sft.tasks.n_per_cell) == ("builtin", 4)
+    assert (grpo.tasks.source, grpo.tasks.n_per_cell, list(grpo.tasks.difficulties)) == ("builtin", 8,
+                                                                                        ["easy", "medium"])
+    w2t = write_when2tool_dir(tmp_path / "w2t")
+    cfg = recipes.compose("fit", ["recipe=tool_sft", "tasks=when2tool", f"tasks.path={w2t}"])
+    assert [t.id for t in tasks_from_config(cfg, "train")] == [11001, 161001, 11002]   # interleaved by cell
+    with pytest.raises(ConfigCompositionException, match="recipe.data.builtin_per_cell"):   # no key of its own
+        recipes.compose("fit", ["recipe=tool_sft", "recipe.data.builtin_per_cell=2"])
+    # a mixture: each part as its own source selects it, one after another; limit applies to each part
+    mix = recipes.compose("oracle", ["tasks=mixture", "tasks.builtin.n_per_cell=1", f"tasks.when2tool.path={w2t}",
+                                     "split=train"])
+    builtin = [t.id for t in load_tasks("builtin", split="train", n_per_cell=1)]
+    assert [t.id for t in tasks_from_config(mix)] == builtin + [11001, 161001, 11002]
+    mix.limit = 2
+    assert [t.id for t in tasks_from_config(mix)] == builtin[:2] + [11001, 161001]
+    none = recipes.compose("oracle", ["tasks=mixture", "tasks.builtin=null", "tasks.when2tool=null"])
+    with pytest.raises(ValueError, match="every part null selects no task"):
+        tasks_from_config(none)

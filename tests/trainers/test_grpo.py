@@ -138,10 +138,10 @@ def composed(tmp_path, model_dir, *overrides):
     cfg = compose("fit", [
         "recipe=pte_grpo", "model=hf", f"model.name={model_dir}", "logger=none",
         f"recipe.output_dir={tmp_path / 'adapter'}",
-        "recipe.data.builtin_per_cell=1", "recipe.data.envs=[CalculatorEnv,HashEnv]",
+        "tasks.n_per_cell=1", "tasks.envs=[CalculatorEnv,HashEnv]",
         "recipe.rollout.max_new_tokens=12", "recipe.rollout.max_rounds=2",
         "recipe.generation.prompts_per_step=2", "recipe.generation.num_generations=3",
-        "recipe.train.micro_batch=3", "recipe.train.lr=0.01", *overrides])
+        "recipe.train.micro_batch=3", "recipe.train.learning_rate=0.01", *overrides])
     return cfg, RunInfo(dir=tmp_path / "run", command="pytest")
 
 

@@ -143,14 +143,15 @@ def test_tool_sft_on_two_processes_trains_disjoint_shards_and_exports_the_one_pr
     from trainers.policy.sft import build_data, example_hash, fit
 
     common = ["recipe=tool_sft", "model=hf", f"model.name={tiny_model_dir}", "model.device=cpu", "logger=none",
-              "recipe.data.builtin_per_cell=1", "recipe.data.val_fraction=0", "recipe.train.max_steps=3",
-              "recipe.train.batch_size=1", "recipe.train.bf16=false", "recipe.train.lr=1.0e-3",
+              "tasks.n_per_cell=1", "recipe.data.val_fraction=0", "recipe.train.max_steps=3",
+              "recipe.train.batch_size=1", "recipe.train.bf16=false", "recipe.train.learning_rate=1.0e-3",
               # no dropout: each rank draws its own dropout masks, which one process cannot reproduce
               "recipe.lora.dropout=0"]
     ddp = tmp_path / "ddp"
     ddp.mkdir()
-    done = launch(ddp, *common, "recipe.train.grad_accum=1", "recipe.output_dir=checkpoints/tool_sft/x",
-                  "hydra.run.dir=outputs/run", "hydra.verbose=trainers.policy.sft")
+    done = launch(ddp, *common, "recipe.train.gradient_accumulation_steps=1",
+                  "recipe.output_dir=checkpoints/tool_sft/x", "hydra.run.dir=outputs/run",
+                  "hydra.verbose=trainers.policy.sft")
     run_dir = ddp / "outputs/run"
     # rank 0 writes the run's record; rank 1 only its own log
     assert (run_dir / "recipe.yaml").is_file() and (run_dir / ".hydra").is_dir()
@@ -164,13 +165,14 @@ def test_tool_sft_on_two_processes_trains_disjoint_shards_and_exports_the_one_pr
             for r, name in ((0, "fit.log"), (1, "fit_rank1.log"))}
     assert 3 <= len(seen[0]) == len(seen[1]) <= 4, seen
     cfg = compose("fit", common)
-    data = build_data(cfg.recipe, AutoTokenizer.from_pretrained(str(tiny_model_dir)))
+    data = build_data(cfg, AutoTokenizer.from_pretrained(str(tiny_model_dir)))
     train_hashes = {example_hash(ids) for ids in data.train["input_ids"]}
     assert set(seen[0]) | set(seen[1]) <= train_hashes
     assert not set(seen[0]) & set(seen[1])
 
     # one process, same global batch (1 conversation x grad_accum 2), same seed: the same adapter
-    cfg = compose("fit", [*common, "recipe.train.grad_accum=2", f"recipe.output_dir={tmp_path / 'single'}"])
+    cfg = compose("fit", [*common, "recipe.train.gradient_accumulation_steps=2",
+                          f"recipe.output_dir={tmp_path / 'single'}"])
     single = fit(cfg.recipe, cfg, RunInfo(dir=tmp_path / "single_run", command="pytest")).export_dir
     a, b = load_file(str(single / "adapter_model.safetensors")), load_file(str(export / "adapter_model.safetensors"))
     assert a.keys() == b.keys()
@@ -188,11 +190,11 @@ def test_tool_sft_on_two_processes_trains_disjoint_shards_and_exports_the_one_pr
 def test_pte_grpo_on_two_processes_rolls_out_per_rank_with_group_wide_normaliser_and_otc(tiny_model_dir, tmp_path):
     done = launch(tmp_path, "recipe=pte_grpo", "model=hf", f"model.name={tiny_model_dir}", "model.device=cpu",
                   "logger=none", "recipe.output_dir=checkpoints/pte_grpo/x", "hydra.run.dir=outputs/run",
-                  "recipe.data.builtin_per_cell=1", "recipe.data.envs=[CalculatorEnv,HashEnv]",
+                  "tasks.n_per_cell=1", "tasks.envs=[CalculatorEnv,HashEnv]",
                   "recipe.rollout.max_new_tokens=12", "recipe.rollout.max_rounds=2",
                   # 3 tasks x 2 episodes = 6 per step, 3 per rank: the second task's group spans both ranks
                   "recipe.generation.prompts_per_step=3", "recipe.generation.num_generations=2",
-                  "recipe.train.micro_batch=3", "recipe.train.lr=0.01", "recipe.train.max_steps=2",
+                  "recipe.train.micro_batch=3", "recipe.train.learning_rate=0.01", "recipe.train.max_steps=2",
                   "recipe.reward.kind=otc", "recipe.lora.target_modules=[q_proj,v_proj]")
     export = one_export(tmp_path / "checkpoints")
     m = json.loads((export / "metrics.json").read_text())

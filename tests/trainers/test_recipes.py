@@ -196,3 +196,21 @@ def test_fit_records_each_multirun_objective_and_the_sweep_ranks_them(tmp_path):
                               (0.71, "recipe=g_step recipe.train.lr=0.001")] and math.isnan(best_first[2][0])
     assert [v for v, _ in sweep.ranked_runs(tmp_path, "minimize")][:2] == [0.71, 0.93]
     assert sweep.ranked_runs(tmp_path / "nothing", "maximize") == []
+
+
+def test_the_schemas_value_lists_are_the_codes():
+    """recipes/schema.py checks values at compose time against lists of its own (importing the modules that own
+    them would load torch into every entry point); each is the list the code itself accepts."""
+    from transformers import SchedulerType
+
+    from data_builders.backends.loading import DTYPES
+    from recipes import schema
+    from trainers.controller.calibration import TAU_METHODS
+    from trainers.evaluate.factorized import CONDITIONS
+    from trainers.policy.rewards import REWARDS
+
+    assert schema.DTYPES == ("auto", *DTYPES)
+    assert schema.TAU_METHODS == TAU_METHODS
+    assert set(schema.REWARD_KINDS) == set(REWARDS)
+    assert schema.CONDITIONS == tuple(CONDITIONS)
+    assert schema.SCHEDULERS == tuple(s.value for s in SchedulerType)

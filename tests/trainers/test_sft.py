@@ -11,11 +11,11 @@ from recipes import compose
 from trainers.recipe import RunInfo
 
 
-def composed(tmp_path, model_dir, *overrides):
-    """The fit config as ``python -m trainers.fit recipe=tool_sft model=hf model.name=<dir> ...`` composes it,
-    and the run state trainers.fit would pass."""
+def composed(tmp_path, model_dir, *overrides, tasks=("tasks.n_per_cell=1",)):
+    """The fit config as ``python -m trainers.fit recipe=tool_sft model=hf model.name=<dir> ...`` composes it
+    (one built-in train task per cell unless ``tasks`` says otherwise), and the run state trainers.fit would pass."""
     cfg = compose("fit", ["recipe=tool_sft", "model=hf", f"model.name={model_dir}", "logger=none",
-                          f"recipe.output_dir={tmp_path / 'adapter'}", "recipe.data.builtin_per_cell=1", *overrides])
+                          f"recipe.output_dir={tmp_path / 'adapter'}", *tasks, *overrides])
     return cfg, RunInfo(dir=tmp_path / "run", command="pytest")
 
 
@@ -25,7 +25,7 @@ def test_masks_cover_assistant_turns_only(tiny_model_dir, tmp_path):
     from trainers.policy.sft import build_data
 
     tok = AutoTokenizer.from_pretrained(str(tiny_model_dir))
-    data = build_data(composed(tmp_path, tiny_model_dir)[0].recipe, tok)
+    data = build_data(composed(tmp_path, tiny_model_dir)[0], tok)
     assert len(data.train) > 0 and len(data.val) > 0
     assert not set(data.train["task_id"]) & set(data.val["task_id"])  # split by task
     for row in data.train.select(range(min(10, len(data.train)))):
@@ -51,8 +51,8 @@ def test_masks_cover_assistant_turns_only(tiny_model_dir, tmp_path):
 def test_a_few_steps_train_the_models_own_adapter_and_write_a_model_card(tiny_model_dir, tmp_path):
     from trainers.policy.sft import fit
 
-    cfg, run = composed(tmp_path, tiny_model_dir, "recipe.train.max_steps=2", "recipe.train.grad_accum=1",
-                        "recipe.train.eval_steps=2")
+    cfg, run = composed(tmp_path, tiny_model_dir, "recipe.train.max_steps=2",
+                        "recipe.train.gradient_accumulation_steps=1", "recipe.train.eval_steps=2")
     fitted = fit(cfg.recipe, cfg, run)
     out = fitted.export_dir
     weights = load_file(str(out / "adapter_model.safetensors"))
@@ -71,12 +71,27 @@ def test_a_few_steps_train_the_models_own_adapter_and_write_a_model_card(tiny_mo
                                                "metrics.json", "train_config.yaml"}
 
 
+def test_it_trains_on_the_train_tasks_of_the_tasks_group(tiny_model_dir, tmp_path):
+    """``python -m trainers.fit recipe=tool_sft tasks=when2tool tasks.path=<dir> recipe.train.max_steps=1``: the
+    tasks group is honoured (it was composed, then ignored for recipe.data's built-in tasks), test tasks never used."""
+    from tests.recipes.test_configs import write_when2tool_dir
+    from trainers.policy.sft import fit
+
+    w2t = write_when2tool_dir(tmp_path / "w2t", train_ids=(11001, 11002, 11003), test_ids=(11901, 11902))
+    cfg, run = composed(tmp_path, tiny_model_dir, "recipe.train.max_steps=1", tasks=("tasks=when2tool",
+                                                                                     f"tasks.path={w2t}"))
+    metrics = json.loads((fit(cfg.recipe, cfg, run).export_dir / "metrics.json").read_text())
+    assert sorted(metrics["task_ids"]) == ["11001", "11002", "11003", "161001"]   # When2Tool's train files only
+    assert metrics["train_steps"] == 1 and set(metrics["data"]["train_env"]) == {"CalculatorEnv"}
+
+
 def test_loading_the_adapter_gives_a_different_policy(tiny_model_dir, tmp_path):
     from data_builders.backends.loading import load_backend
     from trainers.policy.sft import fit
 
-    cfg, run = composed(tmp_path, tiny_model_dir, "recipe.train.max_steps=2", "recipe.train.grad_accum=1",
-                        "recipe.train.lr=0.05", "recipe.data.val_fraction=0")
+    cfg, run = composed(tmp_path, tiny_model_dir, "recipe.train.max_steps=2",
+                        "recipe.train.gradient_accumulation_steps=1", "recipe.train.learning_rate=0.05",
+                        "recipe.data.val_fraction=0")
     fitted = fit(cfg.recipe, cfg, run)
     assert fitted.objective_name == "train_loss" and fitted.objective > 0   # no validation split
     out = fitted.export_dir

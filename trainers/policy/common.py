@@ -4,7 +4,7 @@
   start adapter (``model.adapter``) loaded trainable, or a fresh LoRA from ``recipe.lora``;
 - ``trainer_args``: the TRL arguments both recipes set the same way (trainer state with the run's outputs,
   tracking, device, precision, gradient checkpointing, schedule);
-- ``train_tasks``: the train-task mix (built-in generators, plus When2Tool's train files when a path is set);
+- ``train_tasks``: the train split of the ``tasks`` group, the task selection every command reads;
 - ``train``: the timed ``trainer.train()`` and its summary metrics;
 - ``export_adapter``: the adapter, its metrics, the resolved config and a Hugging Face model card.
 
@@ -32,7 +32,7 @@ from trl import ModelConfig, get_peft_config
 
 from data_builders.backends.loading import (EMBEDDED_ALIASES, EMBEDDED_ID, model_directory, resolve_adapter,
                                             resolve_device, resolve_dtype)
-from data_builders.tasks import Task, load_tasks
+from data_builders.tasks import Task, tasks_from_config
 from trainers.recipe import RunInfo
 from trainers.tracking import set_run_group
 
@@ -125,15 +125,17 @@ def shared_run(run: RunInfo, export_dir: Path, cfg: DictConfig, *, use_cpu: bool
 
 # ---------------------------------------------------------------------------- trainer arguments
 def trainer_args(run: RunInfo, export_dir: Path, train: DictConfig, policy: Policy) -> dict:
-    """The ``SFTConfig``/``GRPOConfig`` fields both recipes set alike. Optimizer and scheduler state stay
-    with the run's outputs (``run.dir``); the export holds the adapter only. ``train.bf16``/``train.fp16``:
-    mixed-precision autocast of the update (over weights in ``model.dtype``); ``train.gradient_checkpointing``:
-    recompute activations in backward (less memory, more compute)."""
+    """The ``SFTConfig``/``GRPOConfig`` fields both recipes set alike; ``recipe.train`` names them as TRL does
+    and they pass through. Optimizer and scheduler state stay with the run's outputs (``run.dir``); the export
+    holds the adapter only. ``train.bf16``/``train.fp16``: mixed-precision autocast of the update (over weights in
+    ``model.dtype``); ``train.gradient_checkpointing``: recompute activations in backward (less memory, more
+    compute); ``train.warmup_steps``: steps, or a float in [0, 1) as a ratio of the total steps."""
     if train.bf16 and train.fp16:
         raise ValueError("recipe.train: bf16 and fp16 are both true; choose one mixed precision")
     return dict(output_dir=str(run.dir / "trainer_state"), run_name=export_dir.name, report_to=list(run.report_to),
-                seed=train.seed, max_steps=train.max_steps, learning_rate=train.lr,
-                lr_scheduler_type=train.scheduler, use_cpu=policy.use_cpu, save_strategy="no",
+                seed=train.seed, max_steps=train.max_steps, learning_rate=train.learning_rate,
+                lr_scheduler_type=train.lr_scheduler_type, warmup_steps=train.warmup_steps,
+                use_cpu=policy.use_cpu, save_strategy="no",
                 bf16=train.bf16, fp16=train.fp16, gradient_checkpointing=train.gradient_checkpointing,
                 # DDP: every trainable (LoRA) weight is used in each forward (frozen ones are not trainable), so
                 # skip DDP's per-step search for unused parameters, which transformers turns on for peft models
@@ -142,18 +144,11 @@ def trainer_args(run: RunInfo, export_dir: Path, train: DictConfig, policy: Poli
 
 
 # ---------------------------------------------------------------------------- data
-def train_tasks(data: DictConfig) -> list[Task]:
-    """Train tasks only: the built-in generators (``builtin_per_cell`` per environment x difficulty), plus
-    When2Tool's train files when ``when2tool_path`` is set (``hops``, ``when2tool_per_cell``). Optional
-    ``difficulties``/``envs`` filter both sources."""
-    only = dict(difficulties=data.get("difficulties"), envs=data.get("envs"))
-    tasks = load_tasks("builtin", split="train", n_per_cell=data.builtin_per_cell, seed=data.seed, **only)
-    if data.get("when2tool_path"):
-        tasks += load_tasks("when2tool", split="train", path=data.when2tool_path, hops=data.get("hops"),
-                            per_cell=data.get("when2tool_per_cell"), sample_seed=data.seed, **only)
-    if not tasks:
-        raise ValueError("recipe.data selects no train tasks; check data.envs / data.difficulties")
-    return tasks
+def train_tasks(cfg: DictConfig) -> list[Task]:
+    """Train tasks only: the train split of the run's ``tasks`` group (``tasks=when2tool tasks.path=<dir>``,
+    ``tasks=mixture``, ...), as every command selects its tasks; a selection of no task is an error naming
+    the filters. Test tasks never enter policy training."""
+    return tasks_from_config(cfg, split="train")
 
 
 # ---------------------------------------------------------------------------- train

@@ -10,8 +10,8 @@ How, top to bottom:
    the committed tool_sft adapter): its adapter is loaded *trainable* on the base model (no adapter: a fresh
    LoRA from ``recipe.lora``), so the tuned policy is again one adapter that every backend loads with
    ``model.adapter=<dir>``.
-2. Train tasks (built-in generators, plus When2Tool's train files when a path is given; never test tasks)
-   become a dataset of rendered first prompts.
+2. The train split of the ``tasks`` group (default ``tasks=pte_grpo``: built-in easy and medium tasks; never
+   test tasks) becomes a dataset of rendered first prompts.
 3. TRL's ``rollout_func`` extension point (``ToolRollout``) runs toolwise's own agent loop on each prompt's
    ``num_generations`` copies, with sampling, the real tools executing inside the rollout, and the same
    protocol as evaluation. Each episode becomes one token sequence: the first prompt, then every model turn
@@ -290,7 +290,7 @@ def fit(recipe: DictConfig, cfg: DictConfig, run: RunInfo) -> Fitted:
 
     agent_kw = OmegaConf.to_container(recipe.rollout, resolve=True)
     first_prompts = Agent(HFBackend(policy.model, policy.tokenizer, model_id=policy.base_id), AgentConfig(**agent_kw))
-    dataset, by_prompt = prompt_dataset(train_tasks(recipe.data), first_prompts.initial_prompt, recipe.data.seed)
+    dataset, by_prompt = prompt_dataset(train_tasks(cfg), first_prompts.initial_prompt, recipe.data.seed)
 
     pte_cfg = PTEConfig(hardware=OmegaConf.to_container(cfg.hardware, resolve=True), params=r.pte_params,
                         cache_reuse=r.cache_reuse)
@@ -310,7 +310,7 @@ def fit(recipe: DictConfig, cfg: DictConfig, run: RunInfo) -> Fitted:
     if g.vllm_mode not in ("colocate", "server"):
         raise ValueError(f"recipe.generation.vllm_mode={g.vllm_mode!r}: choose colocate or server")
     args = GRPOConfig(
-        **trainer_args(run, export_dir, t, policy), warmup_steps=t.warmup_steps,
+        **trainer_args(run, export_dir, t, policy),
         # one rollout batch per optimizer step, consumed in micro-batches: the loss's full-vocabulary
         # log-softmax over 16 episodes of ~1k tokens at once needs >20 GB on CPU
         per_device_train_batch_size=micro, gradient_accumulation_steps=per_rank // micro,
@@ -344,7 +344,8 @@ def fit(recipe: DictConfig, cfg: DictConfig, run: RunInfo) -> Fitted:
     card = adapter_card(recipe=recipe, cfg=cfg, run=run, policy=policy, tags=["grpo", "pte"],
                         body=card_body(recipe, cfg.model.name, metrics, rollout.history), data_stats=data_stats,
                         metrics=metrics)
-    export_adapter(trainer, export_dir, card, cfg, metrics | history | {"data": data_stats})
+    export_adapter(trainer, export_dir, card, cfg,
+                   metrics | history | {"data": data_stats, "task_ids": [str(x.id) for x in tasks]})
     log.info("adapter saved to %s; first batch %s; last batch %s", export_dir,
              json.dumps(rollout.history[0]) if rollout.history else None,
              json.dumps(rollout.history[-1]) if rollout.history else None)

@@ -2,10 +2,11 @@
 
 Why: the bare SmolLM2-135M never calls tools and writes malformed calls when forced, so there is nothing
 for a controller to gate. This recipe teaches the call format and reading results back, on oracle
-trajectories of *train* tasks only (built-in generators, plus When2Tool's train files when a path is
-given). The mixture (v2) teaches three things: a call when the prompt forces one or leaves it open (one tool
-demonstration per task, in a mode drawn from ``data.tool_modes``); a direct ``\\boxed{gold}`` answer and never
-a call when the prompt says not to use tools (``data.direct`` rules: a seeded share of every task, in
+trajectories of *train* tasks only: the train split of the ``tasks`` group (``tasks=tool_sft``, built-in
+generators, unless the command line chooses, e.g. ``tasks=when2tool tasks.path=<dir>``). The mixture (v2)
+teaches three things: a call when the prompt forces one or leaves it open (one tool demonstration per task,
+in a mode drawn from ``data.tool_modes``); a direct ``\\boxed{gold}`` answer and never a call when the prompt
+says not to use tools (``data.direct`` rules: a seeded share of every task, in
 ``no_tool``/``hard_no_tool``); and a direct answer in ``default`` mode for the easy tasks a small model can learn
 to answer, so a default-mode policy does not call on everything (its tool demonstration then comes in
 ``force`` mode: one prompt, one reply). v1 (``checkpoints/tool_sft/v1``, still loadable by path)
@@ -46,11 +47,11 @@ class SFTData:
     train: Any   # datasets.Dataset with input_ids / assistant_masks (+ metadata columns)
     val: Any
     stats: dict
+    task_ids: list[str]   # the train tasks the rows came from (train and validation rows), in load order
 
 
-def demonstration_rows(d: DictConfig) -> tuple[list[dict], list[dict], Counter]:
+def demonstration_rows(d: DictConfig, tasks: list) -> tuple[list[dict], list[dict], Counter]:
     """Chat rows for train and validation tasks (split by task), and counts of what was made or dropped."""
-    tasks = train_tasks(d)
     rng = random.Random(d.seed)
     order = list(range(len(tasks)))
     rng.shuffle(order)
@@ -82,8 +83,11 @@ def tokenized(rows: list[dict], tokenizer, max_length: int, counts: Counter, par
     return Dataset.from_list(out)
 
 
-def build_data(recipe: DictConfig, tokenizer) -> SFTData:
-    train_rows, val_rows, counts = demonstration_rows(recipe.data)
+def build_data(cfg: DictConfig, tokenizer) -> SFTData:
+    """Tokenized demonstrations of the train tasks of ``cfg.tasks``, made as ``cfg.recipe.data`` says."""
+    recipe = cfg.recipe
+    tasks = train_tasks(cfg)
+    train_rows, val_rows, counts = demonstration_rows(recipe.data, tasks)
     train_set = tokenized(train_rows, tokenizer, recipe.data.max_length, counts, "train")
     val_set = tokenized(val_rows, tokenizer, recipe.data.max_length, counts, "val")
     stats = dict(counts) | {
@@ -93,7 +97,7 @@ def build_data(recipe: DictConfig, tokenizer) -> SFTData:
         "train_kind": dict(Counter(train_set["kind"])), "train_env": dict(Counter(train_set["env"])),
         "train_kind_mode": dict(Counter(f"{k}:{m}" for k, m in zip(train_set["kind"], train_set["mode"]))),
     }
-    return SFTData(train_set, val_set, stats)
+    return SFTData(train_set, val_set, stats, [str(t.id) for t in tasks])
 
 
 def example_hash(input_ids) -> str:
@@ -126,16 +130,17 @@ def fit(recipe: DictConfig, cfg: DictConfig, run: RunInfo) -> Fitted:
     torch.manual_seed(t.seed)
     policy = load_policy(cfg.model, recipe.lora)
 
-    data = build_data(recipe, policy.tokenizer)
+    data = build_data(cfg, policy.tokenizer)
     log.info("SFT data: %s", json.dumps(data.stats))
     val = data.val if len(data.val) else None
 
     run, export_dir = shared_run(run, run.export_dir(recipe.output_dir), cfg, use_cpu=policy.use_cpu)
-    # per_device_train_batch_size: conversations per process; a step takes batch_size x grad_accum x processes
+    # per_device_train_batch_size: conversations per process; a step takes batch_size x
+    # gradient_accumulation_steps x processes
     args = SFTConfig(
-        **trainer_args(run, export_dir, t, policy), num_train_epochs=t.epochs, warmup_steps=t.warmup_ratio,
+        **trainer_args(run, export_dir, t, policy), num_train_epochs=t.num_train_epochs,
         per_device_train_batch_size=t.batch_size, per_device_eval_batch_size=t.batch_size,
-        gradient_accumulation_steps=t.grad_accum, logging_steps=t.logging_steps,
+        gradient_accumulation_steps=t.gradient_accumulation_steps, logging_steps=t.logging_steps,
         eval_strategy="no" if val is None else "steps", eval_steps=t.eval_steps, max_length=None)
     trainer = SFTTrainer(model=policy.model, args=args, train_dataset=data.train, eval_dataset=val,
                          processing_class=policy.tokenizer)
@@ -148,7 +153,7 @@ def fit(recipe: DictConfig, cfg: DictConfig, run: RunInfo) -> Fitted:
     card = adapter_card(recipe=recipe, cfg=cfg, run=run, policy=policy, tags=["sft"],
                         body=CARD_BODY.format(minutes=metrics["train_runtime_s"] / 60), data_stats=data.stats,
                         metrics=metrics)
-    export_adapter(trainer, export_dir, card, cfg, metrics | {"data": data.stats})
+    export_adapter(trainer, export_dir, card, cfg, metrics | {"data": data.stats, "task_ids": data.task_ids})
     objective = "eval_loss" if "eval_loss" in metrics else "train_loss"
     log.info("adapter saved to %s; %s", export_dir, json.dumps(metrics))
     return Fitted(export_dir, objective=metrics[objective], objective_name=objective, metrics=metrics)
