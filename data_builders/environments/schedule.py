@@ -8,7 +8,9 @@ order: a time is ``t.strip().split(":")`` unpacked into two parts and ``int()``-
 is read as ``iv[0]``/``iv[1]``. So an interval with extra elements uses its first two (as the
 original), and e.g. a non-string time gives ``'int' object has no attribute 'strip'``, a one-element
 interval ``list index out of range``, a number as interval ``'int' object is not subscriptable``, an
-object as interval ``KeyError: 0``. The busy list is converted before ``day_start``/``day_end``.
+object as interval ``KeyError: 0``. ``day_start`` and ``day_end`` are converted before the busy list, the
+original's order (its ``ScheduleEnv`` in the benchmark's public repository, github.com/Trustworthy-ML-Lab/when2tool):
+with a malformed day and a malformed interval, the error is the day's.
 """
 from __future__ import annotations
 
@@ -48,8 +50,8 @@ class ScheduleEnv(ToolEnvironment):
     name = "ScheduleEnv"
 
     def find_free_slots(self, busy: list, day_start: str, day_end: str, min_duration: int) -> dict:
+        cursor, end_of_day = to_minutes(day_start), to_minutes(day_end)     # before busy: the original's order
         merged = merge_busy(busy)
-        cursor, end_of_day = to_minutes(day_start), to_minutes(day_end)
         slots: list[list[str]] = []
         for start, end in merged:
             if start > cursor and start - cursor >= min_duration:

@@ -18,11 +18,14 @@ that a differential test against its code found comes out the same:
   ``['1.', '0.']`` (original, test task 152526); ``'1e3'``, ``'1_000'``, ``'inf'`` stay strings too.
   Dict keys are left as parsed. A digit string beyond Python's int-to-str limit stays a string
   instead of raising.
-* ``\\text{...}``/``\\mathrm{...}`` unwrap with optional whitespace before the brace
-  (``\\text {33}``) and at any nesting depth (``\\text{\\mathrm{Paris}}``), both like the original.
-  A wrapper unwraps when its ``{`` has a matching ``}``; since every other brace and backslash is
-  deleted right after, unwrapping only removes the command word (and the whitespace before its
-  brace). One linear pass with a brace stack, so deep nesting stays linear time.
+* ``\\text{...}`` then ``\\mathrm{...}`` unwrap as the original's two substitutions do (its ``src/utils.py``,
+  ``re.sub(r"\\\\text\\s*\\{([^}]*)\\}", r"\\1", t)`` and the same for ``mathrm``): optional whitespace before the
+  brace (``\\text {33}``), the content running to the *first* ``}``, one left-to-right pass per command. So
+  ``\\text{\\mathrm{Paris}}`` is ``Paris`` (the ``\\mathrm`` group is whole after the ``\\text`` pass), but
+  ``\\text{\\text{Paris}}`` keeps one ``\\text`` and normalises to ``textparis``: an answer nested in the same
+  wrapper twice scores wrong, as in the published numbers. An unclosed wrapper stays. The regex itself would
+  backtrack quadratically on many unclosed wrappers (``\\text{`` × 100k and no ``}``), so
+  :func:`_unwrap_latex` gives its result in one linear scan.
 """
 from __future__ import annotations
 
@@ -39,7 +42,7 @@ PREFILL_WEIGHT = 0.2
 _INT_STR = re.compile(r"[+-]?\d+")
 # A digit after the point is required: the original keeps '1.' a string.
 _FLOAT_STR = re.compile(r"[+-]?\d*\.\d+")
-_LATEX_WRAPPER_OPEN = re.compile(r"\\(?:text|mathrm)\s*\{")
+_LATEX_WRAPPER_OPEN = {c: re.compile(rf"\\{c}\s*\{{") for c in ("text", "mathrm")}
 _NOT_STRUCTURED = object()
 
 
@@ -125,26 +128,23 @@ def _structured(text: str) -> Any:
         return _NOT_STRUCTURED
 
 
-def _unwrap_latex(text: str) -> str:
-    """Drop each ``\\text``/``\\mathrm`` (and the whitespace before its ``{``) whose ``{`` is closed.
+def _unwrap_latex(text: str, command: str) -> str:
+    """``re.sub(r"\\\\<command>\\s*\\{([^}]*)\\}", r"\\1", text)`` in linear time.
 
-    The braces themselves stay: the caller deletes every brace next, so this equals unwrapping every
-    brace-matched wrapper group, nested ones included, in one linear pass. An unclosed wrapper stays.
+    The regex retries every ``\\<command>{`` after an unclosed one, each time scanning to the end of the text;
+    here a wrapper with no ``}`` after it ends the pass, since no later one can have one either.
     """
-    closed: set[int] = set()
-    open_at: list[int] = []
-    for i, ch in enumerate(text):
-        if ch == "{":
-            open_at.append(i)
-        elif ch == "}" and open_at:
-            closed.add(open_at.pop())
-    parts, last = [], 0
-    for m in _LATEX_WRAPPER_OPEN.finditer(text):
-        brace = m.end() - 1
-        if brace in closed:
-            parts.append(text[last:m.start()])
-            last = brace
-    parts.append(text[last:])
+    opening = _LATEX_WRAPPER_OPEN[command]
+    last_close = text.rfind("}")
+    parts, pos = [], 0
+    while True:
+        m = opening.search(text, pos)
+        if m is None or m.end() > last_close:        # no "}" after this brace, nor after any later one
+            break
+        close = text.index("}", m.end())
+        parts += [text[pos:m.start()], text[m.end():close]]    # the group, up to the first "}"
+        pos = close + 1                                      # matching resumes after it, as re.sub does
+    parts.append(text[pos:])
     return "".join(parts)
 
 
@@ -152,7 +152,7 @@ def normalize_scalar(text: str) -> str:
     s = " ".join(text.split())
     if len(s) >= 2 and s[0] == s[-1] and s[0] in "\"'":
         s = s[1:-1]
-    s = _unwrap_latex(s)
+    s = _unwrap_latex(_unwrap_latex(s, "text"), "mathrm")
     s = s.replace("{", "").replace("}", "").replace("\\", "")
     return " ".join(s.split()).lower()
 

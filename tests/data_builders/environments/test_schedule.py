@@ -144,6 +144,15 @@ class TestOriginalFidelity:
         assert call("find_free_slots", busy=[], day_start="09:00", day_end=1700, min_duration=30) == err(
             "AttributeError: 'int' object has no attribute 'strip'")
 
+    def test_item_11_the_days_are_read_before_the_busy_list(self):
+        # both malformed: the original fails on day_start first (toolwise read busy first and named the 'int')
+        assert call("find_free_slots", busy=[[900, 1000]], day_start=None, day_end="17:00", min_duration=30) == err(
+            "AttributeError: 'NoneType' object has no attribute 'strip'")
+        assert call("find_free_slots", busy=[["09:00"]], day_start="09:00", day_end=1700, min_duration=30) == err(
+            "AttributeError: 'int' object has no attribute 'strip'")
+        assert call("find_free_slots", busy=[["9"]], day_start="9", day_end=[], min_duration=30) == err(
+            "ValueError: not enough values to unpack (expected 2, got 1)")
+
     def test_item_11_interval_shapes(self):
         assert call("check_conflict", intervals=[["09:00"]]) == err("IndexError: list index out of range")
         assert call("check_conflict", intervals=[[]]) == err("IndexError: list index out of range")
