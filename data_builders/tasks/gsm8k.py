@@ -7,7 +7,8 @@ tasks for the same environments, prompts and scoring as the other sources.
 Input: JSON lines ``{"question": ..., "answer": "<worked solution> #### 72"}`` (GSM8K's own format;
 a copy of its train file is ``../shared/data/gsm8k/train.jsonl``). Per line:
 
-* gold: the text after ``####``, stripped, thousands commas removed (``"1,000"`` gives ``"1000"``);
+* gold: the text after ``####``, stripped, thousands commas removed (``"1,000"`` gives ``"1000"``); it must
+  then be a number by the scorer's rule (``"seventy-two"`` is refused);
 * difficulty: from the number of ``<<expr=value>>`` calculator annotations in the solution, a proxy
   for the number of arithmetic steps: at most 2 easy, 3-4 medium, 5 or more hard; multi_step when
   there is more than one;
@@ -31,6 +32,7 @@ import json
 import re
 from pathlib import Path
 
+from ..metrics.scoring import parse_number
 from .distractors import DISTRACTOR_KINDS, add_distractor, distractor_rng
 from .generators.calculator import TOOLS as CALCULATOR_TOOLS
 from .schema import SPLITS, Task, TaskFormatError
@@ -123,6 +125,11 @@ def load_gsm8k(path: str | Path, split: str = "train", *, distractor: str | None
             gold = solution.rpartition("####")[2].strip().replace(",", "")
             if not gold:
                 raise TaskFormatError(source, line, "answer", "empty gold after '####'")
+            # Every GSM8K gold is a number and the Calculator answers in numbers: a word ("seventy-two") could
+            # never be matched, and its task would count as a failure of the policy.
+            if parse_number(gold) is None:
+                raise TaskFormatError(source, line, "answer", f"gold {gold!r} after '####' is not a number "
+                                      "(an integer or decimal such as 72, -3 or 2.5)")
             if question_split(question) != split:
                 continue
             steps = calculator_annotations(solution)

@@ -177,6 +177,10 @@ def test_hydra_config_passes_path_and_distractor_through(gsm_file):
     ('{"question": "How many?", "answer": 3}', "answer", "expected a string"),
     ('{"question": "How many?", "answer": "it is 3"}', "answer", "####"),
     ('{"question": "How many?", "answer": "it is #### ,"}', "answer", "empty gold"),
+    # accepted before: a gold no answer could ever match
+    ('{"question": "How many?", "answer": "it is #### seventy-two"}', "answer", "gold 'seventy-two' after '####' "
+                                                                               "is not a number"),
+    ('{"question": "How many?", "answer": "it is #### 7 apples"}', "answer", "is not a number"),
 ])
 def test_malformed_lines_name_file_line_and_field(tmp_path, bad_line, field, problem):
     path = tmp_path / "broken.jsonl"
