@@ -45,6 +45,7 @@ from data_builders.gates import GATES
 from data_builders.metrics.hardware import HardwareProfile
 from data_builders.metrics.pte import PARAM_CONVENTIONS, PTEConfig
 from data_builders.tasks import SOURCE_ENVS
+from data_builders.tasks.builtin import TIERS
 from data_builders.tasks.distractors import DISTRACTOR_KINDS
 from data_builders.tasks.schema import DIFFICULTIES, SPLITS
 from data_builders.tasks.when2tool import HUB_ID
@@ -97,7 +98,7 @@ def positive_or_auto(value: Any) -> str | None:
     return "must be auto or a positive number"
 
 
-def taus(values: Iterable[Any]) -> str | None:
+def tau_values(values: Iterable[Any]) -> str | None:
     bad = [v for v in values if v != "calibrated" and not (isinstance(v, (int, float)) and not isinstance(v, bool)
                                                             and 0 <= v <= 1)]
     return f"{bad}: each τ is a number in [0, 1] or calibrated" if bad else None
@@ -106,8 +107,8 @@ def taus(values: Iterable[Any]) -> str | None:
 # Values the code checks too, late (after models load); here so a typo fails when the config is composed.
 PROMPT_MODES = ALL_MODES + tuple(MODE_ALIASES)
 HOPS = ("single", "multi", "both")
-DTYPES = ("auto", "float32", "bfloat16", "float16")          # data_builders.backends.loading.resolve_dtype
-BUILD_KINDS = tuple(gate.kind for gate in GATES.values())  # the decision-point kinds, one per gate
+DTYPES = ("auto", "float32", "bfloat16", "float16")         # data_builders.backends.loading.resolve_dtype
+BUILD_KINDS = tuple(gate.kind for gate in GATES.values())   # the decision-point kinds, one per gate
 TAU_METHODS = ("fixed", "target_call_rate", "max_acc_loss")  # trainers.controller.calibration.TAU_METHODS
 REWARD_KINDS = ("pte", "otc")                               # trainers.policy.rewards.REWARDS
 CONDITIONS = ("cot", "format_only", "noop_tool", "full_tool", "oracle_calc", "oracle_evidence", "one_round")
@@ -115,6 +116,8 @@ CONDITIONS = ("cot", "format_only", "noop_tool", "full_tool", "oracle_calc", "or
 SCHEDULERS = ("linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup",
               "inverse_sqrt", "reduce_lr_on_plateau", "cosine_with_min_lr", "cosine_warmup_with_min_lr",
               "warmup_stable_decay", "greedy")
+
+
 # ---------------------------------------------------------------------------------------------- groups
 @dataclass
 class ModelConfig:
@@ -195,6 +198,9 @@ class BuiltinTasksConfig:
     difficulties: Optional[List[str]] = param(None, "e.g. [easy, medium]; null = all")
     hops: str = param("single", "single | multi (Calculator and CodeExecutor three-step chains) | both",
                       choices=HOPS)
+    tier: str = param("standard", "standard | trivial (tasks the default policy often answers without a tool: "
+                                  "data_builders/tasks/generators/trivial.py) | both", choices=TIERS)
+    n_per_template: int = param(20, "trivial tier: tasks per kept template x split", ge=1)
 
 
 @dataclass
@@ -313,6 +319,8 @@ class CheckpointsConfig:
     toolgate: str = required("the ToolGate controller")
     g_step: str = required("the G-STEP controller")
     pte_grpo: str = required("the pte_grpo policy adapter")
+
+
 # ---------------------------------------------------------------------------------------------- recipes
 def overridden(keys: Iterable[str], prefix: str) -> list[str]:
     """The overridden keys at or under ``prefix`` (a group, a node or a field)."""
@@ -604,6 +612,8 @@ class GStepRecipe(ControllerRecipe):
     name: str = param("g_step", "the recipe (trainers.fit.RECIPES)")
     export_dir: str = param("checkpoints/g_step/${now:%Y-%m-%d_%H-%M-%S}", "where the controller is exported")
     controller: GStepMLPArgs = param(GStepMLPArgs(), "the MLP gate")
+
+
 # ---------------------------------------------------------------------------------------------- entry configs
 # ``backend``, ``tasks``, ``logger`` and ``recipe`` are ``Any``: their options have different shapes, and the
 # option's own schema (its defaults list) types the node.
@@ -672,14 +682,15 @@ class ProbeArm:
     styles: List[str] = param(["soft", "hard"], "response prefills: soft (a sentence) | hard (a forced prefix)",
                               items=("soft", "hard"))
     taus: List[Any] = param([0.1, 0.3, 0.5, 0.7, 0.9], "numbers or calibrated (the checkpoint's own τ; OmegaConf "
-                                                       "has no float | str); every τ is its own rollout", check=taus)
+                                                       "has no float | str); every τ is its own rollout",
+                            check=tau_values)
 
 
 @dataclass
 class GateArm:
     checkpoint: str = required("an exported toolgate or g_step checkpoint")
     taus: List[Any] = param(["calibrated"], "numbers or calibrated (the checkpoint's own τ); every τ is its own "
-                                            "rollout", check=taus)
+                                            "rollout", check=tau_values)
 
 
 @dataclass
