@@ -17,6 +17,7 @@ from recipes import CONFIG_DIR
 
 from .app import create_app
 from .auth import check_bind, load_api_keys
+from .server import uvicorn_config
 from .upstream import Upstream
 
 
@@ -49,7 +50,11 @@ def build(cfg: DictConfig):
 
 @hydra.main(config_path=CONFIG_DIR, config_name="serve", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    check_bind(cfg.host, load_api_keys(cfg.auth), cfg.auth.env)
+    try:
+        keys = load_api_keys(cfg.auth)
+    except (ValueError, FileNotFoundError) as e:     # a key no client could send, a key file that is not there
+        raise SystemExit(f"refusing to start: {e}") from None
+    check_bind(cfg.host, keys, cfg.auth.env)
     # Hydra's logging puts the root logger at INFO: httpx would log a line per upstream call (uvicorn logs access)
     logging.getLogger("httpx").setLevel(logging.WARNING)
     gates, upstream = build(cfg)
@@ -57,7 +62,7 @@ def main(cfg: DictConfig) -> None:
     print(f"serving {upstream.base_url} gated by toolgate={cfg.gates.toolgate} g_step={cfg.gates.g_step} "
           f"probe_prefill={cfg.gates.probe_prefill} (on_error={cfg.gates.on_error}) at http://{cfg.host}:{cfg.port}/v1",
           flush=True)
-    uvicorn.run(app, host=cfg.host, port=cfg.port, log_level=cfg.log_level)
+    uvicorn.Server(uvicorn_config(app, cfg.limits, host=cfg.host, port=cfg.port, log_level=cfg.log_level)).run()
 
 
 if __name__ == "__main__":

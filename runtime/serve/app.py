@@ -9,6 +9,7 @@ import time
 from contextlib import asynccontextmanager
 from typing import Any
 
+import anyio
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -25,30 +26,63 @@ from .upstream import Upstream
 ROUTES = {"/v1/chat/completions", "/v1/models", "/health", "/metrics"}
 
 
-async def read_body(request: Request, limit: int) -> bytes:
+async def read_body(request: Request, limit: int, timeout_s: float = 30.0) -> bytes:
     """The request body, refused with 413 as soon as it passes ``limit`` bytes (before reading it all when
-    Content-Length says so)."""
+    Content-Length says so), and with 408 (the connection then closes) when it has not all arrived within
+    ``timeout_s``: a client trickling its body must not hold a connection and a request slot forever."""
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
         raise APIError(413, f"request body of {declared} bytes exceeds the limit of {limit} bytes",
                        code="request_too_large")
     body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise APIError(413, f"request body exceeds the limit of {limit} bytes", code="request_too_large")
+    try:
+        with anyio.fail_after(timeout_s):
+            async for chunk in request.stream():
+                body += chunk
+                if len(body) > limit:
+                    raise APIError(413, f"request body exceeds the limit of {limit} bytes",
+                                   code="request_too_large")
+    except TimeoutError:
+        raise APIError(408, f"the request body did not arrive within {timeout_s:g} s ({len(body)} bytes read)",
+                       code="request_timeout", headers={"connection": "close"}) from None
     return bytes(body)
 
 
-def parse_request(raw: bytes, max_messages: int) -> tuple[dict, ChatRequest]:
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def json_depth(value: Any, limit: int) -> int:
+    """The nesting depth of a decoded JSON value, counted without recursion and only up to ``limit + 1``."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else None
+        if children is None:
+            continue
+        deepest = max(deepest, depth)
+        if deepest > limit:
+            break
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+def parse_request(raw: bytes, max_messages: int, max_depth: int = 64) -> tuple[dict, ChatRequest]:
     if not raw.strip():
         raise APIError(400, "empty request body: send a JSON chat completion request", code="invalid_json")
     try:
-        body = json.loads(raw)
+        # NaN / Infinity are Python's extension, not JSON: they would reach sampling parameters and the upstream
+        body = json.loads(raw, parse_constant=_no_constant)
+    except RecursionError:      # the decoder recursed past Python's limit: nesting no request needs
+        raise APIError(400, "request body is not valid JSON: nested too deeply", code="invalid_json") from None
     except (ValueError, UnicodeDecodeError) as e:
         raise APIError(400, f"request body is not valid JSON: {e}", code="invalid_json") from e
     if not isinstance(body, dict):
         raise APIError(400, f"request body must be a JSON object, not a {type(body).__name__}", code="invalid_json")
+    # every later step (validation, the chat template, the upstream's JSON encoder) may recurse into the body
+    if json_depth(body, max_depth) > max_depth:
+        raise APIError(400, f"request body nests JSON deeper than {max_depth} levels (limits.max_json_depth)",
+                       code="invalid_json")
     try:
         req = ChatRequest.model_validate(body)
     except ValidationError as e:
@@ -63,6 +97,36 @@ def parse_request(raw: bytes, max_messages: int) -> tuple[dict, ChatRequest]:
     if (req.n or 1) != 1:
         raise APIError(400, "n must be 1: the gates decide on one turn", code="invalid_request", param="n")
     return body, req
+
+
+#: a header value the server sends at most (h11, which httpx and so the openai client use, refuses a response
+#: whose header block passes 16 KiB): a longer ``x-toolwise-injected`` is left out (the body still has it)
+MAX_HEADER_BYTES = 6144
+
+
+def _header_json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=True, separators=(",", ":"))    # ASCII, no CR/LF: a valid header value
+
+
+def decision_headers(toolwise: dict) -> dict[str, str]:
+    """The body's ``toolwise`` decisions as response headers, for clients whose framework keeps headers but drops
+    unknown body fields (LangChain's ``ChatOpenAI(include_response_headers=True)`` puts them in
+    ``response_metadata["headers"]``; the openai client: ``.with_raw_response``). ``x-toolwise-decisions``: compact
+    JSON, one ``{gate, action, applied, p, tau, round[, call_id][, reason]}`` per decision (no p / tau for a
+    gate that failed);
+    ``x-toolwise-injected``: the injected messages as compact JSON, left out when over :data:`MAX_HEADER_BYTES`
+    (``x-toolwise-injected-count`` always says how many there are)."""
+    keep = {"gate": "gate", "action": "action", "applied": "applied", "probability": "p", "tau": "tau",
+            "round": "round", "call_id": "call_id", "reason": "reason"}      # a failed gate has no p / tau
+    decisions = [{short: round(d[k], 4) if isinstance(d[k], float) else d[k]
+                  for k, short in keep.items() if d.get(k) is not None} for d in toolwise["decisions"]]
+    headers = {"x-toolwise-decisions": _header_json(decisions),
+               "x-toolwise-upstream-calls": str(toolwise["upstream_calls"]),
+               "x-toolwise-injected-count": str(len(toolwise["injected"]))}
+    injected = _header_json(toolwise["injected"])
+    if len(injected) <= MAX_HEADER_BYTES:
+        headers["x-toolwise-injected"] = injected
+    return headers
 
 
 def create_app(cfg: Any, gates: Any, upstream: Upstream) -> FastAPI:
@@ -103,7 +167,7 @@ def create_app(cfg: Any, gates: Any, upstream: Upstream) -> FastAPI:
     @app.exception_handler(APIError)
     async def api_error(request: Request, e: APIError) -> JSONResponse:
         metrics.errors.labels(str(e.status), e.code).inc()
-        return JSONResponse(e.body(), status_code=e.status)
+        return JSONResponse(e.body(), status_code=e.status, headers=e.headers)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, e: StarletteHTTPException) -> JSONResponse:
@@ -125,8 +189,14 @@ def create_app(cfg: Any, gates: Any, upstream: Upstream) -> FastAPI:
         return response
 
     @app.get("/health")
-    async def health() -> dict:
-        return {"status": "ok", "upstream": upstream.base_url}
+    async def health(creds: HTTPAuthorizationCredentials | None = Depends(bearer)) -> dict:
+        """Liveness for anyone (a load balancer's probe sends no key); what is served, and from where (the upstream's
+        URL, for upstream=local the policy's fingerprint and adapter path), only to a client the keys admit."""
+        if keys and (creds is None or not key_matches(creds.credentials, keys)):
+            return {"status": "ok"}
+        return {"status": "ok", "upstream": upstream.base_url,
+                "gates": {g: gates is not None and getattr(gates, g, None) is not None
+                          for g in ("toolgate", "g_step", "probe_prefill")}}
 
     @app.get("/metrics", dependencies=[Depends(require_key)])
     async def prometheus() -> Response:
@@ -139,13 +209,14 @@ def create_app(cfg: Any, gates: Any, upstream: Upstream) -> FastAPI:
 
     @app.post("/v1/chat/completions", dependencies=[Depends(require_key)])
     async def chat_completions(request: Request) -> JSONResponse:
-        body, req = parse_request(await read_body(request, cfg.limits.max_body_bytes), cfg.limits.max_messages)
+        body, req = parse_request(await read_body(request, cfg.limits.max_body_bytes, cfg.limits.body_timeout_s),
+                                  cfg.limits.max_messages, cfg.limits.max_json_depth)
         if req.model not in await served_models():
             raise APIError(404, f"model {req.model!r} is not served here (GET /v1/models lists them)",
                            code="model_not_found", param="model")
         start = time.perf_counter()
         result = await gater.complete(body, body["messages"])
         result["toolwise"]["wall_ms"] = round((time.perf_counter() - start) * 1000, 3)
-        return JSONResponse(result)
+        return JSONResponse(result, headers=decision_headers(result["toolwise"]))
 
     return app

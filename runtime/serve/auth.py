@@ -10,20 +10,32 @@ from typing import Any
 LOOPBACK_NAMES = {"localhost", "ip6-localhost", "ip6-loopback"}
 
 
+def check_key(key: str, where: str) -> str:
+    """``key`` if a client can send it: a bearer token travels in an HTTP header, whose bytes are read as Latin-1,
+    so a key with non-ASCII (or control) characters could never match and would lock every client out of a server
+    that looks up. Refused at start-up, naming where it came from (never the key)."""
+    if not (key.isascii() and key.isprintable()):
+        raise ValueError(f"{where}: an API key must be printable ASCII (it is sent in an HTTP header, so this one "
+                         f"could never authenticate); replace it")
+    return key
+
+
 def load_api_keys(cfg: Any) -> frozenset[str]:
     """Keys from the environment variable ``cfg.env`` (comma-separated) and the file ``cfg.file`` (one per line,
-    ``#`` comments). A named file that does not exist is an error, not an open server."""
+    ``#`` comments). A named file that does not exist is an error, not an open server; so is a key no client could
+    send (:func:`check_key`)."""
     keys: set[str] = set()
     if cfg.env and os.environ.get(cfg.env):
-        keys.update(k.strip() for k in os.environ[cfg.env].split(",") if k.strip())
+        entries = [k.strip() for k in os.environ[cfg.env].split(",")]
+        keys.update(check_key(k, f"${cfg.env}, key {i + 1}") for i, k in enumerate(entries) if k)
     if cfg.file:
         path = Path(cfg.file)
         if not path.is_file():
             raise FileNotFoundError(f"auth.file={cfg.file}: no such file (one API key per line)")
-        for line in path.read_text(encoding="utf-8").splitlines():
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             line = line.split("#", 1)[0].strip()
             if line:
-                keys.add(line)
+                keys.add(check_key(line, f"auth.file={cfg.file}, line {n}"))
     return frozenset(keys)
 
 

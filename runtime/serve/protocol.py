@@ -14,12 +14,13 @@ class APIError(Exception):
     """A refusal sent to the client as ``{"error": {"message", "type", "param", "code"}}`` (OpenAI's shape)."""
 
     TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
-             405: "invalid_request_error", 413: "invalid_request_error", 502: "upstream_error",
-             504: "upstream_timeout"}
+             405: "invalid_request_error", 408: "invalid_request_error", 413: "invalid_request_error",
+             502: "upstream_error", 504: "upstream_timeout"}
 
-    def __init__(self, status: int, message: str, *, code: str, param: str | None = None):
+    def __init__(self, status: int, message: str, *, code: str, param: str | None = None,
+                 headers: dict[str, str] | None = None):
         super().__init__(message)
-        self.status, self.message, self.code, self.param = status, message, code, param
+        self.status, self.message, self.code, self.param, self.headers = status, message, code, param, headers
 
     def body(self) -> dict:
         kind = self.TYPES.get(self.status, "invalid_request_error" if self.status < 500 else "server_error")
@@ -88,8 +89,14 @@ class ChatRequest(_Open):
     stream: bool | None = False
     logprobs: bool | None = None
     n: int | None = Field(default=None, ge=1)
-    temperature: float | None = Field(default=None, ge=0)
-    top_p: float | None = None
+    # sampling parameters within OpenAI's documented ranges: outside them an engine fails (a 500 from torch) or
+    # samples nonsense, so they are refused here with 400 naming the field
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, ge=0, le=1)
+    presence_penalty: float | None = Field(default=None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    seed: int | None = None
     max_tokens: int | None = Field(default=None, ge=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
 

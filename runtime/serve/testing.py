@@ -19,6 +19,8 @@ from fastapi import FastAPI, Request
 
 from runtime.controller_hooks import GateDecision
 
+from .server import uvicorn_config
+
 
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
@@ -115,11 +117,14 @@ class ForcedGates:
 
 class serve_in_thread:
     """``with serve_in_thread(app) as base_url:`` — uvicorn serving ``app`` on a free loopback port in a daemon
-    thread, stopped on exit."""
+    thread, stopped on exit. ``limits``: the endpoint's ``limits`` config, to serve under its timeouts as
+    ``python -m runtime.serve`` does (:func:`~.server.uvicorn_config`)."""
 
-    def __init__(self, app, host: str = "127.0.0.1", port: int | None = None):
-        self.server = uvicorn.Server(uvicorn.Config(app, host=host, port=port or free_port(host), log_level="error",
-                                                    lifespan="on"))
+    def __init__(self, app, host: str = "127.0.0.1", port: int | None = None, limits=None):
+        port = port or free_port(host)
+        config = (uvicorn_config(app, limits, host=host, port=port, log_level="error") if limits is not None else
+                  uvicorn.Config(app, host=host, port=port, log_level="error", lifespan="on"))
+        self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     def __enter__(self) -> str:

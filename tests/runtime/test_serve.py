@@ -292,6 +292,15 @@ BAD_BODIES = [  # (id, raw body, status, error code)
     ("model_not_a_string", with_(model=7), 400, "invalid_request"),
     ("temperature_not_a_number", with_(temperature="hot"), 400, "invalid_request"),
     ("negative_temperature", with_(temperature=-1), 400, "invalid_request"),
+    ("temperature_1e308", with_(temperature=1e308), 400, "invalid_request"),
+    ("negative_top_p", with_(top_p=-5), 400, "invalid_request"),
+    ("top_p_above_one", with_(top_p=1.5), 400, "invalid_request"),
+    ("penalty_out_of_range", with_(presence_penalty=9), 400, "invalid_request"),
+    ("seed_not_an_integer", with_(seed="lucky"), 400, "invalid_request"),
+    ("nan_is_not_json", '{"model": "scripted", "messages": [{"role": "user", "content": "hi"}], "temperature": NaN}',
+     400, "invalid_json"),
+    ("nested_past_the_depth_limit", '{"model": "scripted", "messages": [{"role": "user", "content": "hi"}], "x": '
+     + "[" * 100 + "]" * 100 + "}", 400, "invalid_json"),
     ("max_tokens_zero", with_(max_tokens=0), 400, "invalid_request"),
     ("tool_of_wrong_type", with_(tools=[{"type": "retrieval", "function": {"name": "x"}}]), 400, "invalid_request"),
     ("call_arguments_not_a_string", msg(role="assistant", tool_calls=[
@@ -353,6 +362,125 @@ def test_keys_are_required_when_set(monkeypatch, headers, code):
         assert_error(client.get("/metrics", headers=headers), 401, code)
         assert client.get("/health").status_code == 200                # probes need no key
         assert_still_serving(client, {"Authorization": f"Bearer {KEY}"})
+
+
+def test_json_nested_100000_deep_is_a_400_not_a_500():
+    """Deeper than Python's recursion limit: the decoder itself gives up (RecursionError), a 400 all the same."""
+    client, _, _ = served(ForcedGates())
+    deep = '{"model": "scripted", "messages": [{"role": "user", "content": "hi"}], "x": ' + "[" * 100_000 \
+        + "]" * 100_000 + "}"
+    with client:
+        assert_error(client.post("/v1/chat/completions", content=deep,
+                                 headers={"content-type": "application/json"}), 400, "invalid_json")
+        deep_object = '{"model": "scripted", "messages": [], "x": ' + '{"a":' * 100_000 + "1" + "}" * 100_001
+        assert_error(client.post("/v1/chat/completions", content=deep_object), 400, "invalid_json")
+        assert_still_serving(client)
+
+
+def test_health_says_only_alive_without_a_key(monkeypatch):
+    """A load balancer's probe needs no key and learns only that the server lives; what is served and from where
+    (the upstream's URL; for upstream=local the policy's fingerprint and adapter path) needs a key."""
+    monkeypatch.setenv("TOOLWISE_API_KEYS", KEY)
+    client, _, _ = served(ForcedGates())
+    with client:
+        assert client.get("/health").json() == {"status": "ok"}
+        assert client.get("/health", headers={"Authorization": "Bearer sk-wrong"}).json() == {"status": "ok"}
+        details = client.get("/health", headers={"Authorization": f"Bearer {KEY}"}).json()
+    assert details["status"] == "ok" and details["upstream"] == "http://upstream.test/v1"
+
+
+@pytest.mark.parametrize("where", ["env", "file"])
+def test_a_key_no_client_could_send_is_refused_at_start(monkeypatch, tmp_path, where):
+    """A bearer key travels in an HTTP header (Latin-1): a non-ASCII one could never authenticate, so the server
+    must not start with it (it would look up and refuse everyone)."""
+    if where == "env":
+        monkeypatch.setenv("TOOLWISE_API_KEYS", f"{KEY},sk-clé-secrète")
+        overrides, says = (), "$TOOLWISE_API_KEYS, key 2"
+    else:
+        (tmp_path / "keys").write_text(f"{KEY}\nsk-ключ\n", encoding="utf-8")
+        overrides, says = (f"auth.file={tmp_path / 'keys'}",), "line 2"
+    with pytest.raises(ValueError, match="printable ASCII") as e:
+        served(None, *overrides)
+    assert says in str(e.value) and "clé" not in str(e.value) and "ключ" not in str(e.value)
+
+
+def test_the_command_refuses_to_start_with_a_non_ascii_key(tmp_path):
+    env = {**os.environ, "TOOLWISE_API_KEYS": "sk-clé"}
+    r = subprocess.run([sys.executable, "-m", "runtime.serve", f"port={free_port()}", f"hydra.run.dir={tmp_path}"],
+                       cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "refusing to start: $TOOLWISE_API_KEYS, key 1" in r.stderr
+
+
+def test_decisions_also_come_as_response_headers():
+    """A framework that drops unknown body fields (LangChain) keeps headers: the decisions and injected messages
+    are in x-toolwise-* headers too, compact ASCII JSON."""
+    from openai import OpenAI
+
+    client, _, _ = served(ForcedGates(tool_actions=["skip"]))
+    with client:
+        r = ask(client)
+    body = r.json()["toolwise"]
+    decisions = json.loads(r.headers["x-toolwise-decisions"])
+    assert [(d["gate"], d["applied"], d["p"], d["round"]) for d in decisions] == \
+        [(d["gate"], d["applied"], d["probability"], d["round"]) for d in body["decisions"]]
+    assert decisions[0]["call_id"] == "call_0"
+    assert json.loads(r.headers["x-toolwise-injected"]) == body["injected"]
+    assert r.headers["x-toolwise-injected-count"] == "2" and r.headers["x-toolwise-upstream-calls"] == "2"
+    # the official client reads them through its raw response
+    _, _, app = served(ForcedGates(tool_actions=["skip"]))
+    with serve_in_thread(app) as url:
+        oa = OpenAI(base_url=f"{url}/v1", api_key="sk-any", max_retries=0)
+        raw = oa.chat.completions.with_raw_response.create(model="scripted", tools=TOOLS,
+                                                            messages=[{"role": "user", "content": "What is 6*7?"}])
+        assert json.loads(raw.headers["x-toolwise-decisions"])[0]["gate"] == "toolgate"
+    # injected messages too long for a header are left out of it (the body keeps them), never a broken response
+    long_answer = ScriptedUpstream(reply=lambda b: {"role": "assistant", "content": "\\boxed{" + "4" * 9000 + "}"})
+    client, _, _ = served(ForcedGates(answer_actions=["continue"]), fake=long_answer)
+    with client:
+        r = ask(client, tools=None)
+    assert r.status_code == 200 and "x-toolwise-injected" not in r.headers
+    assert r.headers["x-toolwise-injected-count"] == "2" and len(r.json()["toolwise"]["injected"]) == 2
+
+
+def slow_socket(url: str, first: bytes):
+    import socket
+    host, port = url.removeprefix("http://").split(":")
+    s = socket.create_connection((host, int(port)), timeout=10)
+    s.sendall(first)
+    return s
+
+
+def closed_within(s, seconds: float) -> bytes:
+    """What the server sent before closing ``s`` (within ``seconds``, else the test fails)."""
+    import time
+    s.settimeout(seconds)
+    got, start = b"", time.monotonic()
+    while True:
+        chunk = s.recv(4096)        # raises socket.timeout if the server keeps the connection open
+        if not chunk:
+            return got
+        got += chunk
+        assert time.monotonic() - start < seconds
+
+
+def test_slow_header_and_slow_body_connections_are_dropped():
+    """Slowloris: a request head trickled byte by byte, or a body that never completes, must not hold a connection
+    forever; each gets a 408 and is closed within its deadline, and the server keeps serving."""
+    cfg_overrides = ("limits.header_timeout_s=0.5", "limits.body_timeout_s=0.5")
+    client, _, app = served(ForcedGates(), *cfg_overrides)
+    limits = config(*cfg_overrides).limits
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n"
+    body_start = (b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+                  b"content-length: 500\r\n\r\n{\"model\": ")
+    with serve_in_thread(app, limits=limits) as url:
+        socks = [slow_socket(url, head) for _ in range(4)] + [slow_socket(url, body_start) for _ in range(4)]
+        socks.append(slow_socket(url, b""))         # connects, sends nothing
+        replies = [closed_within(s, 5.0) for s in socks]
+        assert all(r.startswith(b"HTTP/1.1 408") for r in replies[:8]), replies
+        assert b'"request_timeout"' in replies[0] and b'"request_timeout"' in replies[4]
+        assert httpx.post(f"{url}/v1/chat/completions", json=GOOD, timeout=10).status_code == 200
+        for s in socks:
+            s.close()
 
 
 def test_keys_from_a_file_and_the_bind_rule(tmp_path):
