@@ -87,12 +87,15 @@ def load_tasks(source: str = "builtin", *, split: str = "test", limit: int | Non
                envs: Sequence[str] | None = None, difficulties: Sequence[str] | None = None,
                n_per_cell: int = 20, seed: int = 0, path: str | None = None, hops: str | None = None,
                hub_id: str | None = None, revision: str | None = None, per_cell: int | None = None,
-               sample_seed: int = 0, distractor: str | None = None, distractor_seed: int = 0) -> list[Task]:
+               sample_seed: int = 0, distractor: str | None = None, distractor_seed: int = 0,
+               tier: str | None = None, n_per_template: int | None = None) -> list[Task]:
     """Tasks of one split from a source, filtered, interleaved over (difficulty, environment), cut to ``limit``.
 
-    ``n_per_cell``/``seed`` apply to ``builtin``; ``path``/``hub_id``/``revision`` to ``when2tool``; ``hops``
-    (single / multi / both) to both. ``gsm8k`` needs ``path`` (a ``.jsonl`` file) and takes ``distractor``
-    (a kind from ``distractors.DISTRACTOR_KINDS``, or None) and ``distractor_seed``.
+    ``n_per_cell``/``seed``/``tier``/``n_per_template`` apply to ``builtin`` (``tier``: standard | trivial | both,
+    the trivial tier being the tasks the default policy answers unaided often, ``builtin.generate_trivial``);
+    ``path``/``hub_id``/``revision`` to ``when2tool``; ``hops`` (single / multi / both) to both. ``gsm8k`` needs
+    ``path`` (a ``.jsonl`` file) and takes ``distractor`` (a kind from ``distractors.DISTRACTOR_KINDS``, or None)
+    and ``distractor_seed``.
     ``per_cell=k`` keeps a stratified subsample: k tasks drawn (seeded by ``sample_seed``) from every
     (environment, difficulty, hops) cell, for runs too expensive for the whole split.
     Bad filters (:func:`check_selection`) and a selection of no task at all are errors.
@@ -100,8 +103,12 @@ def load_tasks(source: str = "builtin", *, split: str = "test", limit: int | Non
     check_selection(source, limit=limit, per_cell=per_cell, envs=envs, difficulties=difficulties)
     if distractor is not None and source != "gsm8k":
         raise ValueError(f"distractor= applies to the gsm8k task source only, not {source!r}")
+    if (tier is not None or n_per_template is not None) and source != "builtin":
+        raise ValueError(f"tier= and n_per_template= apply to the builtin task source only, not {source!r}")
     if source == "builtin":
-        tasks = generate_builtin(split, n_per_cell=n_per_cell, seed=seed, envs=envs, hops=hops or "single")
+        tasks = generate_builtin(split, n_per_cell=n_per_cell, seed=seed, envs=envs, hops=hops or "single",
+                                 tier=tier or "standard",
+                                 n_per_template=20 if n_per_template is None else n_per_template)
     elif source == "when2tool":
         tasks = load_when2tool(split, path=path, hops=hops or "both", hub_id=hub_id or HUB_ID, revision=revision)
     elif source == "gsm8k":

@@ -19,23 +19,33 @@ Guarantees:
 """
 from __future__ import annotations
 
+import copy
 from typing import Sequence
 
 from .generators import GENERATORS, MULTIHOP_GENERATORS
+from .generators import trivial
 from .generators.common import cell_rng, sampled_cell
 from .generators.historical_year import HistoricalFact, load_historical_facts
 from .schema import DIFFICULTIES, ENV_CATEGORY, SPLITS, Task
 
-__all__ = ["BUILTIN_ENVS", "HistoricalFact", "generate_builtin", "generate_multihop", "load_historical_facts"]
+__all__ = ["BUILTIN_ENVS", "HistoricalFact", "TIERS", "generate_builtin", "generate_multihop", "generate_trivial",
+           "load_historical_facts"]
 
 BUILTIN_ENVS = tuple(GENERATORS)
+# standard: the When2Tool-style tasks of every environment; trivial: the tier the default policy answers unaided
+# often (generators/trivial.py, its kept templates); both: the two, standard first.
+TIERS = ("standard", "trivial", "both")
 
 _SOURCE = "toolwise builtin generator"
 
 
 def generate_builtin(split: str, *, n_per_cell: int = 20, seed: int = 0,
-                     envs: Sequence[str] | None = None, hops: str = "single") -> list[Task]:
+                     envs: Sequence[str] | None = None, hops: str = "single", tier: str = "standard",
+                     n_per_template: int = 20) -> list[Task]:
     """Generate ``n_per_cell`` tasks per (environment, difficulty) for ``split``.
+
+    ``tier``: ``standard`` (the tasks below), ``trivial`` (``n_per_template`` tasks of each kept template of the
+    trivial tier, :func:`generate_trivial`; single-hop only, so with ``hops=multi`` nothing) or ``both``.
 
     ``hops``: ``"single"`` (the 15 single-hop environments), ``"multi"`` (three-step chains, When2Tool
     envs 16-18, for the environments that have a multi-hop generator) or ``"both"``. Tasks come in
@@ -52,6 +62,10 @@ def generate_builtin(split: str, *, n_per_cell: int = 20, seed: int = 0,
         raise ValueError(f"seed must be an integer, got {seed!r}")
     if hops not in ("single", "multi", "both"):
         raise ValueError(f"hops must be single, multi or both, got {hops!r}")
+    if tier not in TIERS:
+        raise ValueError(f"tier must be one of {TIERS}, got {tier!r}")
+    if type(n_per_template) is not int or n_per_template < 0:
+        raise ValueError(f"n_per_template must be a non-negative integer, got {n_per_template!r}")
     registries = ([GENERATORS] if hops != "multi" else []) + ([MULTIHOP_GENERATORS] if hops != "single" else [])
     known = set(GENERATORS) | set(MULTIHOP_GENERATORS)
     wanted = known if envs is None else set(envs)
@@ -60,11 +74,52 @@ def generate_builtin(split: str, *, n_per_cell: int = 20, seed: int = 0,
         raise ValueError(f"no built-in generator for {unknown}; available: {sorted(known)}")
 
     tasks: list[Task] = []
-    for registry in registries:
-        for env, gen in registry.items():
-            if env in wanted:
-                tasks.extend(_generate_env(gen, split, n_per_cell, seed))
+    if tier != "trivial":
+        for registry in registries:
+            for env, gen in registry.items():
+                if env in wanted:
+                    tasks.extend(_generate_env(gen, split, n_per_cell, seed))
+    if tier != "standard" and hops != "multi":
+        tasks.extend(t for t in generate_trivial(split, n_per_template=n_per_template, seed=seed)
+                     if t.env.name in wanted)
     return tasks
+
+
+def generate_trivial(split: str, *, n_per_template: int = 20, seed: int = 0,
+                     templates: Sequence[str] | None = None) -> list[Task]:
+    """``n_per_template`` tasks of each trivial-tier template (default: the kept ones, ``trivial.KEPT``; any
+    candidate by name, which is how ``benchmarks/trivial_tier.py`` measures them) for ``split``, in template
+    order. Ids look like ``"builtin/trivial/add_1d/test/0003"``; tasks are ``easy`` single-hop tasks of the
+    template's environment tagged ``trivial`` and the template name."""
+    if split not in SPLITS:
+        raise ValueError(f"split {split!r} not in {SPLITS}")
+    names = trivial.KEPT if templates is None else tuple(templates)
+    unknown = [n for n in names if n not in trivial.CANDIDATES]
+    if unknown:
+        raise ValueError(f"no trivial template {unknown}; candidates: {list(trivial.CANDIDATES)}")
+    if not names and n_per_template:
+        raise ValueError("the trivial tier keeps no template yet: run benchmarks/trivial_tier.py and record its "
+                         "measurements in data_builders/tasks/generators/trivial.py (MEASURED)")
+    out = []
+    for name in names:
+        tpl = trivial.CANDIDATES[name]
+        # Its own stream per template: adding a template never changes another one's tasks.
+        r = cell_rng(f"trivial/{name}", "easy", split, seed)
+        for i, (instruction, answer, params) in enumerate(trivial.template_cell(name, split, r, n_per_template)):
+            record = {
+                "id": f"builtin/trivial/{name}/{split}/{i:04d}",
+                "instruction": instruction,
+                # a copy each: the pool is cached, and a task's environment must never share state with another's
+                "environments": [{"name": tpl.env, "tools": list(tpl.tools), "parameters": copy.deepcopy(params)}],
+                "expected": {"answer": answer},
+                "difficulty": "easy",
+                "multi_step": False,
+                "tags": ["trivial", name, "single_round"],
+                "category": ENV_CATEGORY[tpl.env],
+                "split": split,
+            }
+            out.append(Task.from_dict(record, source=_SOURCE, index=i))
+    return out
 
 
 def generate_multihop(split: str, *, n_per_cell: int = 20, seed: int = 0) -> list[Task]:
