@@ -15,7 +15,12 @@ rollout's partial file) gets each one once.
 
 Ray is the scheduler (Ray Core actors, ``max_restarts``): a worker process that dies (killed, OOM, node lost)
 is restarted by Ray and reloads its engine; its shard is redone, up to ``max_retries`` times per shard, then a
-clear error names the shard while every finished shard is already written. An error raised by the work itself
+clear error names the shard while every finished shard is already written. Ray fails every call to a worker
+while it restarts ("The actor is restarting"), and a call's failure does not say whether the process died, so a
+failure is settled by asking the worker for its pid until it answers (Ray retries that call across the restart,
+for up to ``RESTART_TIMEOUT_S``, an error naming it after that): a new pid is a death and counts against
+``max_retries``, the same pid a transient unavailability that costs no retry. The shard is back in the queue at
+once, so the other workers go on meanwhile. An error raised by the work itself
 (a bug, a model that cannot load) is not retried: it is raised on the driver as it was raised in the worker.
 """
 from __future__ import annotations
@@ -38,6 +43,9 @@ log = logging.getLogger(__name__)
 
 INSTALL_HINT = "pip install -e '.[ray]'"
 Work = Callable[[Any, Any, Callable[[Any], None]], Any]
+#: how long the Ray driver waits for a worker whose call failed to answer again (Ray restarting it, which reloads
+#: its engine, or its node unreachable) before the map fails
+RESTART_TIMEOUT_S = 600.0
 
 
 @dataclass(frozen=True)
@@ -229,41 +237,87 @@ class RayExecutor:
         ray = self.ray
         pending = deque(items)
         idle = deque(range(len(self.actors)))
-        deaths = [0] * len(self.actors)
         failures: dict[Hashable, int] = {}
+        finished: set = set()
         in_flight: dict[Any, tuple[int, Hashable, Any]] = {}
+        # A worker whose call failed is asked for its pid until it answers (``_probe``): Ray restarts a dead worker
+        # and fails calls to it meanwhile ("The actor is restarting"), so the failure itself says nothing about
+        # whether the process died. The shard goes back to the queue at once; a new pid counts as a death.
+        probes: dict[Any, tuple[int, Hashable, float]] = {}
         while pending or in_flight:
             while pending and idle:
                 a = idle.popleft()
                 key, payload = pending.popleft()
                 in_flight[self.actors[a].run.remote(work, payload)] = (a, key, payload)
-            if not in_flight:
+            if not in_flight and not probes:
                 raise RuntimeError(f"executor=ray: every worker died more than max_retries={self.cfg.max_retries} "
                                    f"times; {len(pending)} shards left, first {pending[0][0]!r}")
-            (ref,), _ = ray.wait(list(in_flight), num_returns=1)
+            waits = [max(deadline - time.monotonic(), 0.0) for _, _, deadline in probes.values()]
+            ready, _ = ray.wait(list(in_flight) + list(probes), num_returns=1, timeout=min(waits, default=None))
+            if not ready:
+                self._check_deadlines(probes)
+                continue
+            (ref,) = ready
+            if ref in probes:
+                a, key, _ = probes.pop(ref)
+                if self._probe(ref, a, key, failures, finished):
+                    idle.append(a)
+                continue
             a, key, payload = in_flight.pop(ref)
             try:
                 progress, result = ray.get(ref)
-            except ray.exceptions.RayActorError as e:     # the worker process died: redo the shard elsewhere
-                deaths[a] += 1
-                failures[key] = failures.get(key, 0) + 1
-                if failures[key] > self.cfg.max_retries:
-                    raise RuntimeError(f"executor=ray: shard {key!r} failed: its worker died {failures[key]} times "
-                                       f"(max_retries={self.cfg.max_retries}); every finished shard is written, a "
-                                       f"rerun computes the rest. Last error: {e}") from None
-                log.warning("executor=ray: the worker running shard %r died; redoing it (%d of max_retries=%d)",
-                            key, failures[key], self.cfg.max_retries)
+            except ray.exceptions.RayActorError as e:     # died, or restarting, or unreachable: see ``_probe``
+                log.warning("executor=ray: the worker running shard %r failed (%s); redoing the shard", key, e)
                 pending.appendleft((key, payload))
-                if deaths[a] <= self.cfg.max_retries:      # Ray restarts it (max_restarts); calls wait for it
-                    idle.append(a)
+                probes[self._probe_ref(a)] = (a, key, time.monotonic() + RESTART_TIMEOUT_S)
                 continue
             except ray.exceptions.RayTaskError as e:
                 raise _cause(e, f"executor=ray: shard {key!r} failed") from None
             idle.append(a)
+            finished.add(key)
             if on_progress:
                 for item in progress:
                     on_progress(key, item)
             yield key, result
+
+    def _probe_ref(self, a: int):
+        """The worker's ``info()``, retried by Ray across its restart (however long the engine takes to reload)."""
+        return self.actors[a].info.options(max_task_retries=-1).remote()
+
+    def _probe(self, ref, a: int, key: Hashable, failures: dict, finished: set) -> bool:
+        """Settle a failed call from the worker's answer: the same pid is a transient unavailability (not a death,
+        no retry used); a new pid a restart, and a worker Ray will not restart again a death for good, each counted
+        against the shard's ``max_retries``. Whether the worker can take more work."""
+        ray = self.ray
+        try:
+            _, pid = ray.get(ref)
+            alive = True
+        except ray.exceptions.RayActorError:           # out of restarts (max_restarts = max_retries)
+            pid, alive = None, False
+        except ray.exceptions.RayTaskError as e:       # restarted, but its engine no longer loads
+            raise _cause(e, f"executor=ray: worker {a} restarted and could not load the model") from None
+        if pid == self.pids[a]:
+            log.info("executor=ray: worker %d is back without a restart; shard %r resubmitted, no retry used", a, key)
+            return True
+        if alive:
+            self.pids[a] = pid
+        failures[key] = failures.get(key, 0) + 1
+        if failures[key] > self.cfg.max_retries and key not in finished:
+            raise RuntimeError(f"executor=ray: shard {key!r} failed: its worker died {failures[key]} times "
+                               f"(max_retries={self.cfg.max_retries}); every finished shard is written, a rerun "
+                               "computes the rest")
+        log.warning("executor=ray: worker %d died running shard %r (%d of max_retries=%d)%s", a, key,
+                    failures[key], self.cfg.max_retries, "; restarted" if alive else "; it is gone for good")
+        return alive
+
+    def _check_deadlines(self, probes: dict) -> None:
+        now = time.monotonic()
+        for a, key, deadline in probes.values():
+            if now >= deadline:
+                raise RuntimeError(f"executor=ray: worker {a} (it was running shard {key!r}) has not answered for "
+                                   f"{RESTART_TIMEOUT_S:g} s (RESTART_TIMEOUT_S, data_builders/executors.py) since "
+                                   "its call failed: Ray is still restarting it, or its node is unreachable; every "
+                                   "finished shard is written, a rerun computes the rest")
 
     def close(self) -> None:
         for a in getattr(self, "actors", []):
