@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 
 from data_builders.agent.trajectory import TrajectoryError, read_trajectories
-from data_builders.metrics.scoring import extract_boxed, is_correct
+from data_builders.tasks.scoring import extract_boxed, is_correct
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_PATHS = (REPO / "outputs" / "eval_cache", Path("/tmp/evalcache_before"))

@@ -17,8 +17,8 @@ from ..backends.base import Backend, SamplingParams
 from ..backends.grammar import CallConstraint
 from ..environments import make_environment
 from ..environments.base import serialize
-from ..metrics.scoring import extract_boxed, is_correct, token_cost
 from ..tasks.schema import Task
+from ..tasks.scoring import extract_boxed, is_correct, token_cost
 from . import prompts as P
 from .hooks import EpisodeView, Hooks, PromptState
 from .parsing import has_boxed, parse_tool_call, reasoning_present

@@ -19,7 +19,7 @@ documents each one (the table lives in ``_SPEC`` below, one line per feature, in
    answer right after a tool result, token totals and current context (``log1p``), prompt mode and
    reasoning mode, and the task metadata (difficulty / category one-hots, ``multi_step``, expected steps).
 2. ``agree_*`` agreement of the boxed answer with the tool results and the instruction, with scoring's own
-   comparison (:func:`data_builders.metrics.scoring.compare_values` on :func:`~data_builders.metrics.scoring.extract_boxed`).
+   comparison (:func:`data_builders.tasks.scoring.compare_values` on :func:`~data_builders.tasks.scoring.extract_boxed`).
 3. ``form_*`` the answer's form and the answering turn's text.
 4. ``lp_*`` generation log-prob statistics of the answering turn (``lp_ans_*``), of every turn so far
    (``lp_all_*``) and of the tokens inside the box (``lp_box_*``, approximate span; see below).
@@ -60,8 +60,8 @@ from ..agent import prompts as P
 from ..agent.hooks import EpisodeView
 from ..agent.parsing import reasoning_present
 from ..agent.trajectory import Call, Turn
-from ..metrics.scoring import BOXED_OPEN, boxed_span, compare_values, extract_boxed, normalize_scalar, parse_number
 from ..tasks.schema import Task
+from ..tasks.scoring import BOXED_OPEN, boxed_span, compare_values, extract_boxed, normalize_scalar, parse_number
 
 FEATURIZER_NAME = "gstep"
 # v2: numbers are read by scoring's rule (scoring.parse_number: Unicode digits, '1.' not a number), the grammar

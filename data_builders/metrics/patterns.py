@@ -73,7 +73,7 @@ from typing import Any, Iterable, Mapping
 from data_builders.agent.parsing import has_boxed, parse_tool_call
 from data_builders.agent.trajectory import Call, Trajectory, Turn
 from data_builders.environments import ENVIRONMENTS
-from data_builders.metrics.scoring import boxed_span
+from data_builders.tasks.scoring import boxed_span
 
 __all__ = ["PATTERNS", "PATTERN_NAMES", "detect", "count_patterns"]
 

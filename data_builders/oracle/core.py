@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..environments import make_environment
-from ..metrics.scoring import compare_values
+from ..tasks.scoring import compare_values
 from ..tasks.schema import Task
 from .base import OracleParseError, Solver
 from .solvers import SOLVERS

@@ -36,8 +36,8 @@ from ..environments import make_environment
 from ..features.gstep import GSTEP_FEATURES, gstep_features
 from ..features.probe import probe_features
 from ..features.toolgate import embed_texts, structural_names, toolgate_state
-from ..metrics.scoring import is_correct
 from ..tasks.schema import Task
+from ..tasks.scoring import is_correct
 
 log = logging.getLogger(__name__)
 FORCED_ANSWER_PREFILL = "\\boxed{"

@@ -32,10 +32,10 @@ import json
 import re
 from pathlib import Path
 
-from ..metrics.scoring import parse_number
 from .distractors import DISTRACTOR_KINDS, add_distractor, distractor_rng
 from .generators.calculator import TOOLS as CALCULATOR_TOOLS
 from .schema import SPLITS, Task, TaskFormatError
+from .scoring import parse_number
 
 __all__ = ["TEST_FRACTION", "calculator_annotations", "difficulty_of", "instruction_for", "load_gsm8k",
            "question_split"]

@@ -18,7 +18,7 @@ from typing import Any, Sequence
 
 
 def correctness(prompts: Sequence[Any], completions: Sequence[Any], correct: Sequence[bool], **kwargs) -> list[float]:
-    """1 for a correct final answer (When2Tool scoring, ``data_builders.metrics.scoring``), else 0."""
+    """1 for a correct final answer (When2Tool scoring, ``data_builders.tasks.scoring``), else 0."""
     _log(kwargs, "rollout/accuracy", [float(c) for c in correct])
     _log(kwargs, "rollout/tool_calls", [float(x) for x in kwargs.get("tool_calls") or []])
     _log(kwargs, "rollout/pte", [float(x) for x in kwargs.get("pte") or []])

@@ -188,7 +188,7 @@ def test_answer_form_flags(content, expect):
     ("1e3", 0, 0),
 ])
 def test_answer_numbers_are_read_by_scorings_rule(content, numeric, integer):
-    from data_builders.metrics.scoring import parse_number
+    from data_builders.tasks.scoring import parse_number
     text = "\\boxed{%s}" % content
     f = feats(direct_view(text), text)
     assert (f["form_is_numeric"], f["form_is_integer"]) == (float(numeric), float(integer))

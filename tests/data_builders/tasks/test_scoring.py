@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from data_builders.metrics.scoring import compare_values, extract_boxed, is_correct, token_cost
+from data_builders.tasks.scoring import compare_values, extract_boxed, is_correct, token_cost
 
 
 # ---------------------------------------------------------------- the benchmark's scorer spot checks
@@ -173,7 +173,7 @@ class TestOriginalFidelity:
     def test_item_01_unwrap_is_the_originals_substitutions_and_stays_linear(self):
         import random
         import re
-        from data_builders.metrics.scoring import normalize_scalar
+        from data_builders.tasks.scoring import normalize_scalar
 
         def original(t):   # the benchmark's two substitutions, then the deletions
             t = re.sub(r"\\text\s*\{([^}]*)\}", r"\1", t)
@@ -214,7 +214,7 @@ class TestOriginalFidelity:
         assert compare_values("['.5', '-2.25']", "[0.5, -2.25]") is True
 
     def test_parse_number_is_the_rule_above(self):
-        from data_builders.metrics.scoring import parse_number
+        from data_builders.tasks.scoring import parse_number
         assert [parse_number(t) for t in ("7", "-7", "+7", ".5", "٣", "1.", "1e3", " 7", "")] == \
             [7, -7, 7, 0.5, 3, None, None, None, None]     # callers strip; parse_number does not
         import sys
