@@ -40,7 +40,8 @@ def split_of(task, val_fraction: float, seed: int) -> str:
 
 
 def counts_table(points) -> tuple[str, dict]:
-    c = Counter(zip(points["split"], points["category"], points["label"]))
+    # a build whose episodes gave no decision point (no answer within max_new_tokens, say) has no columns at all
+    c = Counter(zip(points["split"], points["category"], points["label"])) if len(points) else Counter()
     splits = sorted({k[0] for k in c})
     cats = sorted({k[1] for k in c})
     lines = [f"{'split':<7}{'category':<10}{'label=0':>9}{'label=1':>9}{'rate':>7}"]
@@ -55,9 +56,11 @@ def counts_table(points) -> tuple[str, dict]:
 
 
 def label_shard(engine, shard: tuple, progress=None) -> tuple[list[dict], dict]:
-    """One shard's points: ``(kind, tasks, splits, builder settings)`` labelled on ``engine`` (runs where it is)."""
+    """One shard's points: ``(kind, tasks, splits, builder settings)`` labelled on ``engine`` (runs where it is);
+    ``progress`` gets each episode's end (a count is all the driver wants: the item itself stays here)."""
     kind, tasks, splits, builder = shard
-    return LABELERS[kind](engine, tasks, splits, OmegaConf.create(builder))
+    return LABELERS[kind](engine, tasks, splits, OmegaConf.create(builder),
+                          progress=(lambda _traj: progress(None)) if progress else None)
 
 
 def run(cfg: DictConfig, command: str | None = None) -> dict:
@@ -89,10 +92,11 @@ def run(cfg: DictConfig, command: str | None = None) -> dict:
                     for i, chunk in enumerate(shards) if i not in done]
             with tqdm(total=len(tasks), desc=f"build {kind}", unit="task",
                       initial=sum(len(shards[i]) for i in done)) as bar:
-                # The store is the single merge point: each shard is written once, by this process, as it arrives.
-                for i, (rows, tensors) in executor.map(label_shard, todo):
+                # The bar moves as each episode ends (a shard is one batched rollout of shard_size episodes: per
+                # shard, it sat still for minutes). The store is the single merge point: each shard is written
+                # once, by this process, as it arrives.
+                for i, (rows, tensors) in executor.map(label_shard, todo, on_tick=lambda _i: bar.update(1)):
                     store.write_shard(i, rows, tensors)
-                    bar.update(len(shards[i]))
             ds = load_points(cfg.out_dir, require_complete=False)
             table, counts = counts_table(ds.points)
             positives = int(sum(ds.points["label"])) if len(ds) else 0

@@ -4,12 +4,16 @@ engine each). One interface for the three commands that run a policy over many t
 
     with executor_from_config(cfg.get("executor"), cfg.model, cfg.get("backend")) as ex:
         ex.info.fingerprint                                  # the engine's identity, without loading it here
-        for key, result in ex.map(work, [(key, payload), ...], on_progress=...):
+        for key, result in ex.map(work, [(key, payload), ...], on_progress=..., on_tick=...):
             ...                                              # the driver alone writes
 
 ``work(engine, payload, progress)`` is a module-level function; it runs where the engine is and returns a
 picklable result; ``progress(item)`` reports each finished item (an episode): in-process it reaches the driver's
-``on_progress`` as it happens, on Ray with the shard's result. Results stream back as shards finish
+``on_progress`` as it happens, on Ray with the shard's result (each item once, also when a shard is redone).
+``on_tick(key)`` is for progress bars: once per finished item as soon as the driver can know, in-process with
+``on_progress`` and on Ray from a queue the workers report to while their shard runs (a bar that moved per shard
+sat still for minutes on a batched shard of 32 episodes); a redone shard ticks only past what it ticked before, so
+a bar never counts an item twice. Results stream back as shards finish
 (``ray.wait``), in completion order, so the caller's merge point (the shard store, the trajectory cache, the
 rollout's partial file) gets each one once.
 
@@ -43,6 +47,8 @@ log = logging.getLogger(__name__)
 
 INSTALL_HINT = "pip install -e '.[ray]'"
 Work = Callable[[Any, Any, Callable[[Any], None]], Any]
+#: how often the Ray driver reads the workers' progress ticks while it waits for a shard
+TICK_POLL_S = 0.5
 #: how long the Ray driver waits for a worker whose call failed to answer again (Ray restarting it, which reloads
 #: its engine, or its node unreachable) before the map fails
 RESTART_TIMEOUT_S = 600.0
@@ -90,10 +96,15 @@ class LocalExecutor:
         return self
 
     def map(self, work: Work, items: Iterable[tuple[Hashable, Any]],
-            on_progress: Callable[[Hashable, Any], None] | None = None) -> Iterator[tuple[Hashable, Any]]:
+            on_progress: Callable[[Hashable, Any], None] | None = None,
+            on_tick: Callable[[Hashable], None] | None = None) -> Iterator[tuple[Hashable, Any]]:
         for key, payload in items:
-            yield key, work(self.engine, payload, (lambda x, key=key: on_progress(key, x)) if on_progress
-                            else _ignore)
+            def report(item: Any, key: Hashable = key) -> None:
+                if on_tick:
+                    on_tick(key)
+                if on_progress:
+                    on_progress(key, item)
+            yield key, work(self.engine, payload, report)
 
     def close(self) -> None:
         pass
@@ -103,10 +114,6 @@ class LocalExecutor:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def _ignore(_item: Any) -> None:
-    pass
 
 
 # ---------------------------------------------------------------------------------------------- ray
@@ -134,10 +141,17 @@ class EngineWorker:
         self._check()
         return EngineInfo.of(self.engine), os.getpid()
 
-    def run(self, work: Work, payload: Any) -> tuple[list, Any]:
+    def run(self, work: Work, payload: Any, ticks: tuple | None = None) -> tuple[list, Any]:
+        """The work's result and its progress items; with ``ticks`` = ``(queue, tag)`` each item also puts ``tag``
+        on that Ray queue as it finishes, for the driver's progress bar."""
         self._check()
         progress: list = []
-        return progress, work(self.engine, payload, progress.append)
+
+        def report(item: Any) -> None:
+            progress.append(item)
+            if ticks is not None:
+                ticks[0].put_nowait(ticks[1])
+        return progress, work(self.engine, payload, report)
 
 
 def import_ray():
@@ -233,11 +247,24 @@ class RayExecutor:
             raise _cause(e, f"executor=ray: a worker could not {doing}") from None
 
     def map(self, work: Work, items: Iterable[tuple[Hashable, Any]],
-            on_progress: Callable[[Hashable, Any], None] | None = None) -> Iterator[tuple[Hashable, Any]]:
+            on_progress: Callable[[Hashable, Any], None] | None = None,
+            on_tick: Callable[[Hashable], None] | None = None) -> Iterator[tuple[Hashable, Any]]:
+        ray = self.ray
+        ticks = _Ticks(ray, on_tick) if on_tick else None
+        try:
+            yield from self._map(work, items, on_progress, ticks)
+        finally:
+            if ticks is not None:
+                ticks.close()
+
+    def _map(self, work: Work, items: Iterable[tuple[Hashable, Any]],
+             on_progress: Callable[[Hashable, Any], None] | None, ticks: "_Ticks | None"
+             ) -> Iterator[tuple[Hashable, Any]]:
         ray = self.ray
         pending = deque(items)
         idle = deque(range(len(self.actors)))
         failures: dict[Hashable, int] = {}
+        attempts: dict[Hashable, int] = {}
         finished: set = set()
         in_flight: dict[Any, tuple[int, Hashable, Any]] = {}
         # A worker whose call failed is asked for its pid until it answers (``_probe``): Ray restarts a dead worker
@@ -248,12 +275,17 @@ class RayExecutor:
             while pending and idle:
                 a = idle.popleft()
                 key, payload = pending.popleft()
-                in_flight[self.actors[a].run.remote(work, payload)] = (a, key, payload)
+                attempts[key] = attempts.get(key, 0) + 1
+                tag = (key, attempts[key])      # an attempt's ticks, told apart from a dead attempt's
+                in_flight[self.actors[a].run.remote(work, payload, ticks and (ticks.queue, tag))] = (a, key, payload)
             if not in_flight and not probes:
                 raise RuntimeError(f"executor=ray: every worker died more than max_retries={self.cfg.max_retries} "
                                    f"times; {len(pending)} shards left, first {pending[0][0]!r}")
-            waits = [max(deadline - time.monotonic(), 0.0) for _, _, deadline in probes.values()]
+            waits = [TICK_POLL_S] if ticks else []
+            waits += [max(deadline - time.monotonic(), 0.0) for _, _, deadline in probes.values()]
             ready, _ = ray.wait(list(in_flight) + list(probes), num_returns=1, timeout=min(waits, default=None))
+            if ticks is not None:
+                ticks.drain()
             if not ready:
                 self._check_deadlines(probes)
                 continue
@@ -275,6 +307,8 @@ class RayExecutor:
                 raise _cause(e, f"executor=ray: shard {key!r} failed") from None
             idle.append(a)
             finished.add(key)
+            if ticks is not None:
+                ticks.finish(key, len(progress))
             if on_progress:
                 for item in progress:
                     on_progress(key, item)
@@ -331,6 +365,39 @@ class RayExecutor:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class _Ticks:
+    """The Ray side of ``on_tick``: workers put ``(key, attempt)`` on a queue actor as each item finishes; the
+    driver drains it while it waits. Per shard it ticks up to the most items any attempt reported, so a shard
+    redone after its worker died moves the bar only past where the dead attempt left it."""
+
+    def __init__(self, ray, on_tick: Callable[[Hashable], None]):
+        from ray.util.queue import Queue
+
+        # no CPU reserved: a queue actor must not take a slot the workers were sized to fill
+        self.queue = Queue(actor_options={"num_cpus": 0})
+        self.on_tick = on_tick
+        self.seen: dict[tuple, int] = {}
+        self.ticked: dict[Hashable, int] = {}
+
+    def _advance(self, key: Hashable, to: int) -> None:
+        while self.ticked.get(key, 0) < to:
+            self.ticked[key] = self.ticked.get(key, 0) + 1
+            self.on_tick(key)
+
+    def drain(self) -> None:
+        for tag in self.queue.get_nowait_batch(self.queue.qsize()):
+            self.seen[tag] = self.seen.get(tag, 0) + 1
+            self._advance(tag[0], self.seen[tag])
+
+    def finish(self, key: Hashable, n_items: int) -> None:
+        """A shard returned with ``n_items``: its ticks still in the queue come first, then any missing ones."""
+        self.drain()
+        self._advance(key, n_items)
+
+    def close(self) -> None:
+        self.queue.shutdown()
 
 
 def _cause(err, context: str) -> BaseException:

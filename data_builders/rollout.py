@@ -72,10 +72,9 @@ def run(cfg: DictConfig) -> dict:
                 sink.write(json.dumps(traj.to_dict(), ensure_ascii=False) + "\n")
                 sink.flush()
                 done += 1
-                bar.update(1)
             try:
                 for i, trajs in executor.map(rollout_shard, [(i, (agent_cfg, s)) for i, s in enumerate(shards)],
-                                             on_progress=finished):
+                                             on_progress=finished, on_tick=lambda _i: bar.update(1)):
                     results[i] = trajs
             except BaseException:
                 print(f"rollout failed: the {done} of {len(tasks)} episodes that finished are in {partial}",

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -31,6 +31,7 @@ import torch
 from ..agent import prompts as P
 from ..agent.hooks import Hooks
 from ..agent.loop import Agent, AgentConfig
+from ..agent.trajectory import Trajectory
 from ..backends.base import SamplingParams
 from ..environments import make_environment
 from ..features.gstep import GSTEP_FEATURES, gstep_features
@@ -70,9 +71,11 @@ def agent_config(cfg: Any, mode: str, n: int, **over) -> AgentConfig:
 
 
 # ---------------------------------------------------------------------------- probe
-def label_probe(backend, tasks: Sequence[Task], splits: Sequence[str], cfg: Any) -> tuple[list[dict], dict]:
+def label_probe(backend, tasks: Sequence[Task], splits: Sequence[str], cfg: Any,
+                progress: Callable[[Trajectory], None] | None = None) -> tuple[list[dict], dict]:
+    """``progress`` (every labeler's): gets each episode as it finishes, so a build's bar moves per task."""
     agent = Agent(backend, agent_config(cfg, cfg.feature_mode, len(tasks)))
-    trajs = Agent(backend, agent_config(cfg, "hard_no_tool", len(tasks))).run(tasks)
+    trajs = Agent(backend, agent_config(cfg, "hard_no_tool", len(tasks))).run(tasks, on_done=progress)
     # An episode whose first prompt did not fit the context never generated: its "failure" says nothing about
     # whether the task needs a tool, so it is reported and not labelled (its prompt is not featurized either).
     keep = [i for i, tr in enumerate(trajs) if not tr.never_generated]
@@ -110,10 +113,11 @@ def _forced_answers(backend, items: list[tuple[Task, list[dict]]], cfg: Any) -> 
     return [is_correct(FORCED_ANSWER_PREFILL + g.text, task.answer) for g, (task, _) in zip(gens, items)]
 
 
-def label_flip(backend, tasks: Sequence[Task], splits: Sequence[str], cfg: Any) -> tuple[list[dict], dict]:
+def label_flip(backend, tasks: Sequence[Task], splits: Sequence[str], cfg: Any,
+               progress: Callable[[Trajectory], None] | None = None) -> tuple[list[dict], dict]:
     recorder = _CallRecorder()
     agent = Agent(backend, agent_config(cfg, "default", len(tasks)), recorder)
-    trajs = agent.run(tasks)
+    trajs = agent.run(tasks, on_done=progress)
     points = []   # (task, split, recorded call, episode record, messages before the call)
     for task, split, tr in zip(tasks, splits, trajs):
         for pt in recorder.points.get(id(task), []):
@@ -150,12 +154,13 @@ class _AnswerRecorder(Hooks):
         return "continue"
 
 
-def label_commit(backend, tasks: Sequence[Task], splits: Sequence[str], cfg: Any) -> tuple[list[dict], dict]:
+def label_commit(backend, tasks: Sequence[Task], splits: Sequence[str], cfg: Any,
+                 progress: Callable[[Trajectory], None] | None = None) -> tuple[list[dict], dict]:
     fixed_rule = label_rule("commit", cfg) == LABEL_RULES["commit:fixed"]
     recorder = _AnswerRecorder()
     agent = Agent(backend, agent_config(cfg, cfg.get("commit_mode", "default"), len(tasks), max_continues=1,
                                         verify_rounds=cfg.verify_rounds), recorder)
-    trajs = agent.run(tasks)
+    trajs = agent.run(tasks, on_done=progress)
     rows, feats = [], []
     for task, split, tr in zip(tasks, splits, trajs):
         pt = recorder.points.get(id(task))

@@ -71,3 +71,37 @@ def test_a_token_budget_with_no_room_to_generate_is_refused_and_nothing_is_writt
                               text=True, timeout=600)
         assert proc.returncode != 0 and says in proc.stderr, (budget, proc.stderr[-2000:])
         assert not (out / "manifest.json").exists() and not list(out.glob("shard-*"))
+
+
+def in_process_build(model_dir, out, *over):
+    from data_builders import build
+    from recipes import compose
+
+    return build.run(compose("build", [*cmd(model_dir, out)[3:-2], f"out_dir={out}", *over]))
+
+
+def test_the_build_bar_moves_per_episode_not_per_shard(tiny_model_dir, tmp_path, monkeypatch):
+    # A shard is one batched rollout of shard_size episodes; the bar used to move by a whole shard at once (the
+    # main job's sat at 0/64 for minutes, then jumped 32).
+    from tqdm.auto import tqdm
+
+    from data_builders import build
+
+    updates: list[int] = []
+
+    class Bar(tqdm):
+        def update(self, n=1):
+            updates.append(n)
+            return super().update(n)
+    monkeypatch.setattr(build, "tqdm", Bar)
+    in_process_build(tiny_model_dir, tmp_path / "pts", "limit=3", "shard_size=3", "max_rounds=1", "max_new_tokens=4")
+    assert updates == [1] * 6            # 3 train + 3 test tasks in 2 shards of 3: one step per episode
+
+
+def test_a_build_without_any_decision_point_ends_with_an_empty_table(tiny_model_dir, tmp_path, capsys):
+    # A random model never writes an answer in 4 tokens: no commit point. The summary used to crash on the empty
+    # dataset ("Column 'split' doesn't exist") after the build itself had finished.
+    got = in_process_build(tiny_model_dir, tmp_path / "pts", "kind=commit", "limit=1", "max_rounds=1",
+                           "max_new_tokens=4")
+    assert got == {"points": 0, "positives": 0}
+    assert "points=0 positives=0 kind=commit" in capsys.readouterr().out

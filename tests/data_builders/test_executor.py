@@ -75,6 +75,37 @@ def test_ray_build_equals_local_build(cluster, tiny_model_dir, local_build, tmp_
     assert_same_dataset(local_build, load_points(tmp_path / "pts"))
 
 
+def bar_steps(monkeypatch) -> list[int]:
+    from tqdm.auto import tqdm
+
+    steps: list[int] = []
+
+    class Bar(tqdm):
+        def update(self, n=1):
+            steps.append(n)
+            return super().update(n)
+    monkeypatch.setattr(build, "tqdm", Bar)
+    return steps
+
+
+def test_workers_report_progress_while_their_shard_runs(cluster, tiny_model_dir):
+    from data_builders.executors import executor_from_config
+
+    def slow_items(engine, n, progress):       # a shard whose items end 0.4 s apart
+        for i in range(n):
+            time.sleep(0.4)
+            progress(i)
+        return n
+    cfg = build_cfg(tiny_model_dir, "unused", "executor=ray", "executor.workers=1")
+    ticks, items = [], []
+    with executor_from_config(cfg.executor, cfg.model, cfg.backend) as ex:
+        for key, result in ex.map(slow_items, [("a", 5)], on_progress=lambda k, i: items.append(i),
+                                  on_tick=lambda k: ticks.append(time.monotonic())):
+            returned = time.monotonic()
+    assert (key, result, items) == ("a", 5, list(range(5)))
+    assert len(ticks) == 5 and ticks[0] < returned - 0.8      # the first tick came while the shard still ran
+
+
 def busy_worker_pids() -> list[int]:
     """Ray worker processes titled ``ray::EngineWorker.run`` (an actor executing a shard)."""
     ps = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True).stdout
@@ -86,6 +117,7 @@ def test_a_worker_killed_mid_build_has_its_shard_redone(cluster, tiny_model_dir,
                                                          caplog):
     out = tmp_path / "pts"
     written = count_writes(monkeypatch)
+    steps = bar_steps(monkeypatch)
     killed: list[int] = []
 
     def kill_one_busy_worker():
@@ -106,6 +138,7 @@ def test_a_worker_killed_mid_build_has_its_shard_redone(cluster, tiny_model_dir,
     assert killed, "no busy worker was found to kill"
     assert "failed (" in caplog.text and "redoing the shard" in caplog.text
     assert sorted(written) == list(range(6))                      # each shard written once, by the driver
+    assert sum(steps) == 12                  # the redone shard's episodes moved the bar once
     assert_same_dataset(local_build, load_points(out))
 
 

@@ -209,9 +209,9 @@ def run_arms(executor, jobs: list[tuple[Arm, list, TrajectoryCache]], agent_kw: 
     with tqdm(total=sum(len(todo) for *_, todo in state.values()), desc="arms", unit="task", leave=False) as bar:
         def progress(key, traj: Trajectory) -> None:
             finished[key[0]].append(traj)
-            bar.update(1)
         try:
-            for (name, j), (trajs, took) in executor.map(arm_shard, items, on_progress=progress):
+            for (name, j), (trajs, took) in executor.map(arm_shard, items, on_progress=progress,
+                                                         on_tick=lambda _key: bar.update(1)):
                 arm, _, cache, have, _ = state[name]
                 cache.store(arm.cache_spec, have, list(zip(payloads[name, j][1], trajs)))
                 seconds[name] += took
