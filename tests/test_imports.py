@@ -109,6 +109,13 @@ def test_dependencies_point_one_way(graph, importer, forbidden):
     assert not report, f"{importer} must not import {forbidden}:\n    " + "\n\n    ".join(report)
 
 
+def test_the_agent_does_not_import_the_metrics(graph):
+    """``data_builders.metrics`` are functions of finished trajectories, the agent's output: the loop scoring
+    answers through it was the one arrow pointing up (scoring is the task's: ``data_builders.tasks.scoring``)."""
+    report = _chains(graph, "data_builders.agent", "data_builders.metrics")
+    assert not report, "data_builders.agent must not import data_builders.metrics:\n    " + "\n\n    ".join(report)
+
+
 def test_the_serving_package_does_not_import_trainers(graph):
     """The endpoint (``runtime.serve``, FastAPI + the runtime API) deploys without the training code, directly or
     through a module it imports."""
