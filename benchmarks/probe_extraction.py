@@ -1,6 +1,6 @@
 """Hidden-state extraction for probe datasets vs a bare batched forward pass, side by side in one run.
 
-    python benchmarks/probe_extraction.py [--path ../shared/data/when2tool] [--tasks 64] [--repeats 2]
+    python benchmarks/probe_extraction.py [--path $WHEN2TOOL] [--tasks 64] [--repeats 2]
 
 Both arms see the same rendered first prompts (default mode, the probe's input), the same length-bucketed
 batches and ``logits_to_keep=1``; the extraction arm is ``data_builders.features.probe.probe_features``

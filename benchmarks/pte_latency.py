@@ -2,7 +2,7 @@
 Inefficiency Patterns in Tool-Integrated Reasoning", arXiv 2604.05404)
 
     OMP_NUM_THREADS=2 python benchmarks/pte_latency.py [--tasks 24] [--source builtin|when2tool] \
-        [--path ../shared/data/when2tool] [--max-rounds 4] [--max-new-tokens 192] [--hardware h100_pcie_paper] \
+        [--path $WHEN2TOOL] [--max-rounds 4] [--max-new-tokens 192] [--hardware h100_pcie_paper] \
         [--reuse-kv] [--save outputs/pte_latency.jsonl]
 
 The paper (Su et al., arXiv 2604.05404) reports Pearson r = 0.925 between a trajectory's PTE and its latency,

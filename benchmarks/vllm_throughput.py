@@ -1,6 +1,6 @@
 """Rollout throughput of the vLLM backend against the HF backend, side by side in one run.
 
-    python benchmarks/vllm_throughput.py [--path ../shared/data/when2tool] [--tasks 64] [--mode default]
+    python benchmarks/vllm_throughput.py [--path $WHEN2TOOL] [--tasks 64] [--mode default]
 
 Needs vLLM in the running environment (scripts/install_vllm_cpu.sh on CPUs). Both arms run the same tasks
 (When2Tool test, the first N interleaved over category x difficulty; built-in tasks without --path) with

@@ -12,7 +12,9 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "offline")
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
+# The benchmark files (When2Tool's task files, GSM8K's train.jsonl) under <dir>/data/: a developer checkout keeps
+# them beside the repository; TOOLWISE_TEST_DATA names another <dir>. Tests that need them skip without them.
+SHARED = Path(os.environ.get("TOOLWISE_TEST_DATA", REPO.parent / "shared"))
 
 
 @pytest.fixture(scope="session")

@@ -1,10 +1,8 @@
 """the PTE paper's (arXiv 2604.05404) four tool-use inefficiency patterns, detected on toolwise trajectories.
 
 Source: Su et al., "Beyond Accuracy: Unveiling Inefficiency Patterns in Tool-Integrated Reasoning",
-arXiv:2604.05404v2 (ACL 2026). The full text was read from the code-search corpus (stored copy of the
-arXiv text, index file id 61185141847); ``shared/seeds/003_*.txt`` is only a summary. The paper's
-operational definitions are its Appendix E "Detection Heuristics" (with Table 7's one-line "Heuristic
-Definition"), described in prose in §6.2:
+arXiv:2604.05404v2 (ACL 2026). The paper's operational definitions are its Appendix E "Detection Heuristics"
+(with Table 7's one-line "Heuristic Definition"), described in prose in §6.2:
 
 * **Confirmatory Tool Usage.** App. E: "Detected when the model generates an answer or final value in its
   reasoning text before invoking the Python tool for verification." Table 7: "Answer token generated

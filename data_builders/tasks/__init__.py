@@ -114,7 +114,7 @@ def load_tasks(source: str = "builtin", *, split: str = "test", limit: int | Non
     elif source == "gsm8k":
         if path is None:
             raise ValueError("the gsm8k task source needs a file: pass tasks.path=<file.jsonl> "
-                             "(e.g. tasks.path=../shared/data/gsm8k/train.jsonl)")
+                             "(e.g. GSM8K's train.jsonl from github.com/openai/grade-school-math)")
         tasks = load_gsm8k(path, split, distractor=distractor, distractor_seed=distractor_seed)
     else:
         raise ValueError(f"unknown task source {source!r}; known: {TASK_SOURCES}")

@@ -5,7 +5,7 @@ on GSM8K problems, clean and with semantic distractors; this source turns such a
 tasks for the same environments, prompts and scoring as the other sources.
 
 Input: JSON lines ``{"question": ..., "answer": "<worked solution> #### 72"}`` (GSM8K's own format;
-a copy of its train file is ``../shared/data/gsm8k/train.jsonl``). Per line:
+``train.jsonl`` from github.com/openai/grade-school-math). Per line:
 
 * gold: the text after ``####``, stripped, thousands commas removed (``"1,000"`` gives ``"1000"``); it must
   then be a number by the scorer's rule (``"seventy-two"`` is refused);
@@ -97,7 +97,7 @@ def load_gsm8k(path: str | Path, split: str = "train", *, distractor: str | None
     path = Path(path).expanduser()
     if not path.is_file():
         raise FileNotFoundError(f"GSM8K file not found: {path} (expected a .jsonl file, e.g. "
-                                "../shared/data/gsm8k/train.jsonl)")
+                                "GSM8K's train.jsonl)")
     source = str(path)
     tasks = []
     # Bytes, decoded per line, so that a non-UTF-8 byte is reported with its line (text mode would only say

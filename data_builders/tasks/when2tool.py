@@ -1,6 +1,6 @@
 """The ``when2tool`` task source: When2Tool's task files from a directory, or the hub dataset.
 
-Directory layout (as in the benchmark repository and ``../shared/data/when2tool``)::
+Directory layout (what the benchmark repository's ``generate_data.sh`` writes)::
 
     tasks_v1_train.json  tasks_v1_test.json  tasks_v1_multihop_train.json  tasks_v1_multihop_test.json
 

@@ -236,10 +236,10 @@ def load_setting(cfg: DictConfig, distractor: str | None) -> list:
         raise ValueError(f"trainers.evaluate.factorized runs on the gsm8k task source (tasks=gsm8k), not {source!r}")
     path = options.get("path")
     if not path:
-        raise ValueError("no GSM8K file: pass tasks.path=<file.jsonl>, e.g. tasks.path=../shared/data/gsm8k/train.jsonl")
+        raise ValueError("no GSM8K file: pass tasks.path=<file.jsonl>, e.g. GSM8K's train.jsonl")
     if not Path(path).expanduser().is_file():
         raise FileNotFoundError(f"tasks.path={path!r}: no such file (expected a GSM8K .jsonl file, e.g. "
-                                "tasks.path=../shared/data/gsm8k/train.jsonl)")
+                                "GSM8K's train.jsonl from github.com/openai/grade-school-math)")
     options["distractor"] = distractor
     return load_tasks(source, split=cfg.split, limit=cfg.get("limit"), **options)
 

@@ -1,4 +1,4 @@
-"""The oracle (docs/guide.md#when2tool-the-oracle) on every task it can solve: When2Tool's own files when ../shared
+"""The oracle (docs/guide.md#when2tool-the-oracle) on every task it can solve: When2Tool's own files when the test data
 is present, and the built-in generators always. Deterministic environments must be exact; the others are
 reported by the oracle command but only need to run without errors here."""
 from __future__ import annotations
