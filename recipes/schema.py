@@ -728,18 +728,20 @@ class ReportGroups(PolicyGroups):
 
 
 @dataclass
+class Bootstrap:
+    """A paired percentile bootstrap over tasks (all conditions, or an arm and the reference, share the resample)."""
+    replicates: int = param(2000, "resamples", ge=1)
+    seed: int = param(0, "the resampling seed")
+    level: float = param(0.95, "the intervals' confidence level", gt=0, lt=1)
+
+
+@dataclass
 class EvaluateConfig(ReportGroups):
     executor: Any = required("where shards of tasks run: the executor group (local | ray)")
     arms: Arms = param(Arms(), "the arms")
     reference: str = param("default", "ΔAcc, ΔTC and ΔAcc/−ΔTC are taken against this arm (When2Tool's Table 3)")
-
-
-@dataclass
-class Bootstrap:
-    """A paired percentile bootstrap over tasks (all conditions share the resample)."""
-    replicates: int = param(2000, "resamples", ge=1)
-    seed: int = param(0, "the resampling seed")
-    level: float = param(0.95, "the intervals' confidence level", gt=0, lt=1)
+    bootstrap: Bootstrap = param(Bootstrap(), "intervals of accuracy, calls and PTE per arm and of their deltas "
+                                              "against the reference (paired over tasks)")
 
 
 @dataclass

@@ -229,6 +229,9 @@ def test_learns_the_signal_and_the_export_is_what_was_evaluated(fitted):
         assert again["accuracy"] == pytest.approx(saved["accuracy"])
         if saved["auroc"] is not None:
             assert again["auroc"] == pytest.approx(saved["auroc"], abs=1e-6)
+            # its stratified bootstrap interval (trainers/intervals.py) brackets it
+            lo, hi = saved["auroc_ci"]
+            assert lo <= saved["auroc"] <= hi and hi - lo < 0.5
 
 
 def test_calibration_follows_the_recipe(fitted):

@@ -57,7 +57,8 @@ SCRIPTS = {"6*7": [CALL % "6*7", "\\boxed{42}"], "7*7": [CALL % "7*7", "\\boxed{
 
 def export(c, path):
     c.save_pretrained(path)
-    (path / "metrics.json").write_text(json.dumps({"splits": {"test": {"all": {"auroc": 0.9}}}}))
+    test = {"auroc": 0.9, "auroc_ci": [0.8, 0.95]}
+    (path / "metrics.json").write_text(json.dumps({"splits": {"test": {"all": test}}}))
     return str(path)
 
 
@@ -130,6 +131,32 @@ def test_every_arm_runs_then_a_rerun_is_served_from_the_cache(tmp_path, checkpoi
     assert more["cache"]["misses"] == len(TASKS)
 
 
+def test_headline_figures_carry_bootstrap_intervals_and_paired_deltas(tmp_path, checkpoints, scripted):
+    results = run(eval_cfg(tmp_path, checkpoints, bootstrap={"replicates": 500}))
+    assert results["bootstrap"] == {"method": "percentile", "level": 0.95, "replicates": 500, "seed": 0,
+                                    "unit": "task"}
+    for name, m in results["arms"].items():
+        assert set(m["ci"]) == {"accuracy", "tool_calls_per_task", "pte_per_task"}
+        for key, (lo, hi) in m["ci"].items():
+            assert lo - 1e-9 <= m["all"][key] <= hi + 1e-9, (name, key)
+        d = results["deltas"][name]
+        for key, (lo, hi) in d["ci"].items():
+            assert lo - 1e-9 <= d[key] <= hi + 1e-9, (name, key)
+    # the reference against itself: exactly [0, 0]; force answers and calls as default does on every task of this
+    # policy, so its accuracy and call deltas are exactly 0 too, while its prompts (so its PTE) differ
+    assert results["deltas"]["default"]["ci"] == {"d_acc": [0.0, 0.0], "d_tc": [0.0, 0.0], "d_pte": [0.0, 0.0]}
+    force = results["deltas"]["force"]["ci"]
+    assert force["d_acc"] == [0.0, 0.0] and force["d_tc"] == [0.0, 0.0] and force["d_pte"] != [0.0, 0.0]
+    # τ 0.99 skips the tool on every task and is then wrong on all four: −100 points on every resample
+    assert results["deltas"]["probe_soft@0.99"]["ci"]["d_acc"] == [-100.0, -100.0]
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "## Headline figures" in report and "95% percentile bootstrap intervals over tasks" in report
+    assert "1.000 [1.000, 1.000]" in report                              # probe_soft@0.01: right on every task
+    assert "0.900 [0.800, 0.950] (bootstrap CI of the fit)" in report     # a controller's AUROC with its interval
+    assert json.loads((tmp_path / "out" / "results.json").read_text())["arms"]["force"]["ci"] == \
+        results["arms"]["force"]["ci"]
+
+
 def test_composed_probe_arm_equals_running_the_probe_hook(tmp_path, checkpoints, scripted):
     results = run(eval_cfg(tmp_path, checkpoints))
     probe = controllers.load(checkpoints["probe"])
@@ -181,6 +208,9 @@ def test_deltas_and_curve_area():
     d = deltas(m, "ref")
     assert d["cheap"]["d_acc"] == pytest.approx(-10.0) and d["cheap"]["d_tc"] == -1.0
     assert d["cheap"]["d_acc_per_saved_call"] == pytest.approx(-10.0) and d["ref"]["d_acc_per_saved_call"] is None
+    assert "d_pte" not in d["cheap"]                                    # no PTE measured, no PTE delta
+    m["ref"]["all"]["pte_per_task"], m["cheap"]["all"]["pte_per_task"] = 900.0, 600.0
+    assert deltas(m, "ref")["cheap"]["d_pte"] == -300.0
     # flat accuracy 0.5 at any calls -> area 0.5; one point only -> undefined
     assert curve_area([(0.5, 0.5), (1.5, 0.5)], 2.0) == pytest.approx(0.5)
     assert curve_area([(1.0, 0.5)], 2.0) is None

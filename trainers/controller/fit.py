@@ -29,6 +29,7 @@ from trainers.controller.logger import finish, is_wandb, log_artifact, make_logg
 from trainers.controller.metrics import grouped_metrics, metrics_table
 from trainers.controller.points import decision_points
 from trainers.controller.training import SPLITS, new_controller, raw_logits, split_tensors, train
+from trainers.intervals import auroc_interval
 from trainers.recipe import Fitted, RunInfo
 
 
@@ -42,11 +43,17 @@ def calibrate(controller: Controller, cal: DictConfig, val_x, val_y) -> dict:
 
 
 def evaluate(controller: Controller, splits: dict) -> dict:
+    """Grouped metrics per split; the whole split's AUROC also gets a 95% stratified bootstrap interval
+    (``auroc_ci``: [low, high], None with fewer than two points of a class; trainers/intervals.py)."""
     out = {}
     for s, (x, y, part) in splits.items():
         probs = controller.predict_proba(x).numpy() if len(x) else np.zeros(0)
-        out[s] = grouped_metrics(probs, y.numpy().astype(int), controller.tau,
+        labels = y.numpy().astype(int)
+        out[s] = grouped_metrics(probs, labels, controller.tau,
                                  {"category": part.points["category"], "difficulty": part.points["difficulty"]})
+        if len(labels):
+            ci = auroc_interval(probs, labels)
+            out[s]["all"]["auroc_ci"] = None if ci is None else [ci[0], ci[1]]
     return out
 
 
@@ -85,7 +92,8 @@ def fit(recipe: DictConfig, cfg: DictConfig, run: RunInfo) -> Fitted:
 
     test = metrics["splits"]["test"]
     if logger is not None:
-        flat = {f"{s}/{k}": v for s in SPLITS for k, v in metrics["splits"][s]["all"].items() if v is not None}
+        flat = {f"{s}/{k}": v for s in SPLITS for k, v in metrics["splits"][s]["all"].items()
+                if isinstance(v, (int, float))}      # numbers only: auroc_ci is a pair (None when undefined)
         flat |= {f"calibration/{k}": v for k, v in calibration.items() if isinstance(v, (int, float))}
         logger.log_metrics(flat)
         log_artifact(logger, out_dir, name=f"{recipe.name}-controller", kind="model")

@@ -51,6 +51,35 @@ def figure(path: Path, **subplots) -> Iterator[tuple]:
 
 
 # ---------------------------------------------------------------------------- the evaluator's report
+def with_interval(value, ci, spec: str) -> str:
+    """``0.630 [0.500, 0.759]``: a value and its interval in one format (the value alone when there is none)."""
+    if value is None:
+        return "–"
+    return spec.format(value) + ("" if not ci else f" [{spec.format(ci[0])}, {spec.format(ci[1])}]")
+
+
+# The evaluator's headline numbers, stated with their intervals: (metric, header, format).
+HEADLINE = [("accuracy", "acc [CI]", "{:.3f}"), ("tool_calls_per_task", "calls/task [CI]", "{:.2f}"),
+            ("pte_per_task", "PTE [CI]", "{:,.0f}")]
+# Deltas against the reference: (key, header, format), with their paired intervals.
+DELTAS = [("d_acc", "ΔAcc pts [paired CI]", "{:+.1f}"), ("d_tc", "ΔTC [CI]", "{:+.2f}"),
+          ("d_pte", "ΔPTE [CI]", "{:+,.0f}")]
+
+
+def headline_table(results: dict) -> str:
+    """One row per arm: accuracy, calls and PTE per task with their bootstrap intervals, and the paired deltas
+    against the reference arm with theirs (results.json's ``ci`` entries; runs before intervals had none)."""
+    header = ["arm", *(h for _, h, _ in HEADLINE), *(h for _, h, _ in DELTAS), "ΔAcc/−ΔTC"]
+    rows = []
+    for name, m in results["arms"].items():
+        d = results["deltas"][name]
+        ci, dci = m.get("ci") or {}, d.get("ci") or {}
+        rows.append([name, *(with_interval(m["all"].get(k), ci.get(k), f) for k, _, f in HEADLINE),
+                     *(with_interval(d.get(k), dci.get(k), f) for k, _, f in DELTAS),
+                     fmt(d["d_acc_per_saved_call"], "{:+.1f}")])
+    return markdown_table(header, rows)
+
+
 def arms_table(results: dict) -> str:
     header = ["arm", *(c[1] for c in COLUMNS), "ΔAcc (pts)", "ΔTC", "ΔAcc/−ΔTC"]
     rows = []
@@ -105,18 +134,33 @@ def plots(results: dict, out_dir: Path) -> list[Path]:
             accuracy_plot(results, "pte_per_task", "PTE per task (tokens)", out_dir / "accuracy_vs_pte.png")]
 
 
+def _auroc(controller: dict) -> str:
+    value, ci = controller.get("test_auroc"), controller.get("test_auroc_ci")
+    return "–" if value is None else with_interval(value, ci, "{:.3f}") + (" (bootstrap CI of the fit)" if ci else "")
+
+
 def write_report(results: dict, out_dir: Path) -> list[Path]:
     files = plots(results, out_dir)
     ctrl = "\n".join(f"- {k}: `{v['checkpoint']}` (τ {v['tau']:.3f}, T {v['temperature']:.2f}, test AUROC on its "
-                     f"decision points {v['test_auroc']})" for k, v in results["controllers"].items())
+                     f"decision points {_auroc(v)})" for k, v in results["controllers"].items())
     curves = "\n".join(f"- {f}: area under accuracy vs calls {c['area'] if c['area'] is None else round(c['area'], 4)}"
                        f" ({len(c['arms'])} τ values)" for f, c in results["curves"].items())
     pat = patterns_table(results)
+    b = results.get("bootstrap")
+    boot = (f"{int(round(100 * b['level']))}% {b['method']} bootstrap intervals over tasks ({b['replicates']} "
+            f"resamples, seed {b['seed']}); the deltas' intervals are paired (an arm and `{results['reference']}` "
+            "resampled on the same tasks)." if b else "")
     text = f"""# toolwise evaluation
 
 {results['tasks']} {results['split']} tasks of `{results['task_source'].get('source')}`, policy
 `{results['policy']}` on `{results['backend']}`, decoding {results['decoding']}. PTE with γ = {results['gamma']:.5f}
 (hardware `{results['hardware']}`, {results['pte']}). Deltas against `{results['reference']}`.
+
+## Headline figures
+
+{headline_table(results)}
+
+{boot}
 
 ## Arms
 

@@ -51,6 +51,7 @@ from recipes import CONFIG_DIR
 from runtime.controller_hooks import Cascade, GStep, ProbePrefill, ToolGate, checked, prefill_text
 from trainers.evaluate.cache import TrajectoryCache, file_digest, load_scores, store_scores
 from trainers.evaluate.report import COLUMNS, metric_rows, write_report
+from trainers.intervals import BootstrapSpec, mean_interval, paired_difference_interval
 from trainers.tracking import log_report, report_job
 
 CALIBRATED = "calibrated"
@@ -292,14 +293,46 @@ def grouped(trajs: list[Trajectory], gamma: float, pte_cfg) -> dict:
 
 
 def deltas(metrics: dict, reference: str) -> dict:
-    """ΔAcc (points), ΔTC (calls per task) and ΔAcc/−ΔTC against the reference arm (When2Tool, Table 3)."""
+    """ΔAcc (points), ΔTC (calls per task), ΔPTE (per task) and ΔAcc/−ΔTC against the reference arm (When2Tool,
+    Table 3)."""
     ref = metrics[reference]["all"]
     out = {}
     for name, m in metrics.items():
         d_acc = 100 * (m["all"]["accuracy"] - ref["accuracy"])
         d_tc = m["all"]["tool_calls_per_task"] - ref["tool_calls_per_task"]
         out[name] = {"d_acc": d_acc, "d_tc": d_tc, "d_acc_per_saved_call": (d_acc / -d_tc) if d_tc < 0 else None}
+        if "pte_per_task" in m["all"] and "pte_per_task" in ref:
+            out[name]["d_pte"] = m["all"]["pte_per_task"] - ref["pte_per_task"]
     return out
+
+
+# The headline numbers that get intervals: an arm's metric -> the delta named after it, and the delta's scale.
+INTERVAL_METRICS = {"accuracy": ("d_acc", 100.0), "tool_calls_per_task": ("d_tc", 1.0), "pte_per_task": ("d_pte", 1.0)}
+
+
+def per_task(trajs: list[Trajectory], gamma: float, pte_cfg) -> dict[str, np.ndarray]:
+    """Each headline metric's per-task values, in task order: the arm's metric is their mean."""
+    return {"accuracy": np.array([float(t.correct) for t in trajs]),
+            "tool_calls_per_task": np.array([float(t.tool_calls) for t in trajs]),
+            "pte_per_task": np.array([trajectory_pte(t, gamma, cache_reuse=pte_cfg.cache_reuse) for t in trajs])}
+
+
+def intervals(values: dict[str, dict[str, np.ndarray]], reference: str, spec: BootstrapSpec) -> tuple[dict, dict]:
+    """Bootstrap intervals over tasks (trainers/intervals.py): per arm, of each headline metric; and of each delta
+    against ``reference``, paired (the same resampled tasks for both arms, which ran on the same tasks). Values
+    are ``[low, high]``, None with fewer than two tasks."""
+    def pair(ci):
+        return None if ci is None else [ci[0], ci[1]]
+
+    ref = values[reference]
+    arms, diffs = {}, {}
+    for name, v in values.items():
+        arms[name] = {k: pair(mean_interval(v[k], spec)) for k in INTERVAL_METRICS}
+        diffs[name] = {}
+        for k, (d, scale) in INTERVAL_METRICS.items():
+            ci = paired_difference_interval(v[k], ref[k], spec)
+            diffs[name][d] = None if ci is None else [scale * ci[0], scale * ci[1]]
+    return arms, diffs
 
 
 def curve_area(points: list[tuple[float, float]], x_max: float) -> float | None:
@@ -462,6 +495,12 @@ def run(cfg: DictConfig) -> dict:
     for name in metrics:
         metrics[name]["patterns"] = count_patterns(by_arm[name])
     reference = cfg.reference
+    spec = BootstrapSpec(**OmegaConf.to_container(cfg.bootstrap, resolve=True))
+    arm_ci, delta_ci = intervals({name: per_task(by_arm[name], gamma, pte_cfg) for name in metrics}, reference, spec)
+    delta = deltas(metrics, reference)
+    for name in metrics:
+        metrics[name]["ci"] = arm_ci[name]
+        delta[name]["ci"] = delta_ci[name]
     x_max = max(m["all"]["tool_calls_per_task"] for m in metrics.values()) if metrics else 0.0
     families = {}
     for arm in arms:
@@ -471,10 +510,12 @@ def run(cfg: DictConfig) -> dict:
                                                        metrics[n]["all"]["accuracy"]) for n in names], x_max)}
               for f, names in families.items()}
     controllers = {k: {"checkpoint": str(c.path), "tau": c.controller.tau, "temperature": c.controller.temperature,
-                       "test_auroc": _ckpt_metric(c.path)} for k, c in loaded.items()}
+                       "test_auroc": _ckpt_metric(c.path), "test_auroc_ci": _ckpt_metric(c.path, "auroc_ci")}
+                   for k, c in loaded.items()}
     results = {"tasks": len(tasks), **ctx.provenance(cfg),
-               "reference": reference, "arms": metrics, "deltas": deltas(metrics, reference), "curves": curves,
-               "controllers": controllers, "timing": timing, "wall_s": round(wall, 2), "cache": ctx.cache_stats()}
+               "reference": reference, "arms": metrics, "deltas": delta,
+               "bootstrap": {**spec.as_dict(), "unit": "task"}, "curves": curves, "controllers": controllers,
+               "timing": timing, "wall_s": round(wall, 2), "cache": ctx.cache_stats()}
     files = save_results(results, out_dir, write_report)
     _log_wandb(cfg, results, files)
     print((out_dir / "report.md").read_text().split("\n## ", 2)[1][:4000])
@@ -483,11 +524,13 @@ def run(cfg: DictConfig) -> dict:
     return results
 
 
-def _ckpt_metric(path: Path):
+def _ckpt_metric(path: Path, key: str = "auroc"):
+    """A controller's test-split metric from its checkpoint's metrics.json (the fit computed it on its
+    decision points); None when the checkpoint has no metrics or not that one (older fits: no ``auroc_ci``)."""
     m = path / "metrics.json"
     if not m.exists():
         return None
-    return json.loads(m.read_text())["splits"]["test"]["all"].get("auroc")
+    return json.loads(m.read_text())["splits"]["test"]["all"].get(key)
 
 
 def _log_wandb(cfg: DictConfig, results: dict, files: list[Path]) -> None:
