@@ -696,8 +696,10 @@ class GateArm:
 @dataclass
 class Arms:
     """The evaluator's arms: every one runs on the same tasks with the same policy and decoding."""
-    modes: List[str] = param(["force", "default", "necessary", "sparse", "no_tool"], "prompt-mode baselines",
-                             items=PROMPT_MODES)
+    # sparse is left out: the default policy (tool_sft v3) reads "use tools sparingly" as no_tool, 0.06 calls per
+    # task (docs/results.md#the-when2tool-comparison), so it measured nothing no_tool does not
+    modes: List[str] = param(["force", "default", "necessary", "no_tool"], "prompt-mode baselines (add sparse "
+                                                                         "to run it)", items=PROMPT_MODES)
     reasoning: List[bool] = param([False], "add true for each mode with Reason-then-Act")
     constrained_calls: List[bool] = param([False], "add true for each mode with schema-constrained calls "
                                                    "(<mode>+cc, needs xgrammar)")

@@ -157,6 +157,14 @@ def test_headline_figures_carry_bootstrap_intervals_and_paired_deltas(tmp_path, 
         results["arms"]["force"]["ci"]
 
 
+def test_sparse_is_not_a_default_arm():
+    """The default policy reads sparse as no_tool (docs/results.md#the-when2tool-comparison: 0.06 calls per task):
+    the evaluator runs it only when asked."""
+    modes = list(compose("evaluate").arms.modes)
+    assert "sparse" not in modes and modes == ["force", "default", "necessary", "no_tool"]
+    assert "sparse" in compose("evaluate", ["arms.modes=[default,sparse]"]).arms.modes
+
+
 def test_composed_probe_arm_equals_running_the_probe_hook(tmp_path, checkpoints, scripted):
     results = run(eval_cfg(tmp_path, checkpoints))
     probe = controllers.load(checkpoints["probe"])
