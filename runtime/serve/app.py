@@ -21,6 +21,7 @@ from .auth import key_matches, load_api_keys
 from .gating import Gater, GatePolicy
 from .metrics import Metrics
 from .protocol import APIError, ChatRequest, validation_error
+from .streaming import stream_completion
 from .upstream import Upstream
 
 ROUTES = {"/v1/chat/completions", "/v1/models", "/health", "/metrics"}
@@ -90,10 +91,6 @@ def parse_request(raw: bytes, max_messages: int, max_depth: int = 64) -> tuple[d
     if len(req.messages) > max_messages:
         raise APIError(400, f"{len(req.messages)} messages exceed the limit of {max_messages}",
                        code="too_many_messages", param="messages")
-    if req.stream:
-        raise APIError(400, "stream=true is not supported by the gated endpoint: the gates decide on a whole turn "
-                            "(and may re-ask the upstream) before anything is sent; use stream=false",
-                       code="stream_unsupported", param="stream")
     if (req.n or 1) != 1:
         raise APIError(400, "n must be 1: the gates decide on one turn", code="invalid_request", param="n")
     return body, req
@@ -214,6 +211,8 @@ def create_app(cfg: Any, gates: Any, upstream: Upstream) -> FastAPI:
         if req.model not in await served_models():
             raise APIError(404, f"model {req.model!r} is not served here (GET /v1/models lists them)",
                            code="model_not_found", param="model")
+        if req.stream:      # server-sent events; what is held for the gates and what streams: streaming.py
+            return await stream_completion(request, gater, body)
         start = time.perf_counter()
         result = await gater.complete(body, body["messages"])
         result["toolwise"]["wall_ms"] = round((time.perf_counter() - start) * 1000, 3)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import re
 import socket
 import threading
 import time
@@ -16,6 +17,7 @@ from typing import Callable
 
 import uvicorn
 from fastapi import FastAPI, Request
+from fastapi.responses import StreamingResponse
 
 from runtime.controller_hooks import GateDecision
 
@@ -51,6 +53,13 @@ class ScriptedUpstream:
     model: str = "scripted"
     delay_s: float = 0.0
     requests: list = field(default_factory=list)
+    # ``stream: true``: SSE chunks, one per word of the content (then the calls), ``token_delay_s`` apart;
+    # ``break_after``: the stream breaks after that many chunks, with an error event (``break_with="error"``) or
+    # by ending without ``[DONE]`` (``"close"``), as an upstream that fails mid-generation does
+    token_delay_s: float = 0.0
+    break_after: int | None = None
+    break_with: str = "error"
+    cancelled: list = field(default_factory=list)   # streams whose client went away before the end
 
     def __post_init__(self):
         self.app = FastAPI()
@@ -72,12 +81,53 @@ class ScriptedUpstream:
             tokens = len(str(message.get("content") or "").split()) or 1
             logprobs = ({"content": [{"token": f"t{i}", "logprob": -0.1 * (i + 1), "top_logprobs": []}
                                      for i in range(tokens)]} if body.get("logprobs") else None)
-            return {"id": f"chatcmpl-{next(ids)}", "object": "chat.completion", "created": int(time.time()),
-                    "model": body["model"],
-                    "choices": [{"index": 0, "message": message, "logprobs": logprobs,
-                                 "finish_reason": "tool_calls" if message.get("tool_calls") else "stop"}],
-                    "usage": {"prompt_tokens": 10 * len(body["messages"]), "completion_tokens": tokens,
-                              "total_tokens": 10 * len(body["messages"]) + tokens}}
+            completion = {"id": f"chatcmpl-{next(ids)}", "object": "chat.completion", "created": int(time.time()),
+                          "model": body["model"],
+                          "choices": [{"index": 0, "message": message, "logprobs": logprobs,
+                                       "finish_reason": "tool_calls" if message.get("tool_calls") else "stop"}],
+                          "usage": {"prompt_tokens": 10 * len(body["messages"]), "completion_tokens": tokens,
+                                    "total_tokens": 10 * len(body["messages"]) + tokens}}
+            if body.get("stream"):
+                return StreamingResponse(self._sse(completion, body), media_type="text/event-stream")
+            return completion
+
+    async def _sse(self, completion: dict, body: dict):
+        """``completion`` as OpenAI streams it: a role chunk, a chunk per content word (with its log-prob), each
+        call's id and name then its arguments in two pieces, the finish chunk, the usage chunk when
+        ``stream_options.include_usage``, ``[DONE]``."""
+        choice, base = completion["choices"][0], {k: completion[k] for k in ("id", "created", "model")}
+        message = choice["message"]
+        words = re.findall(r"\S+\s*", message.get("content") or "")
+        lps = (choice["logprobs"] or {}).get("content") or []
+        deltas: list[tuple[dict, dict | None]] = [({"role": "assistant", "content": ""}, None)]
+        deltas += [({"content": w}, {"content": lps[i:i + 1]} if lps else None) for i, w in enumerate(words)]
+        for i, call in enumerate(message.get("tool_calls") or []):
+            args = call["function"]["arguments"]
+            deltas += [({"tool_calls": [{"index": i, "id": call["id"], "type": "function",
+                                         "function": {"name": call["function"]["name"], "arguments": ""}}]}, None),
+                       *(({"tool_calls": [{"index": i, "function": {"arguments": part}}]}, None)
+                         for part in (args[:len(args) // 2], args[len(args) // 2:]))]
+        chunks = [{**base, "object": "chat.completion.chunk",
+                   "choices": [{"index": 0, "delta": d, "logprobs": lp, "finish_reason": None}]} for d, lp in deltas]
+        chunks.append({**base, "object": "chat.completion.chunk",
+                       "choices": [{"index": 0, "delta": {}, "logprobs": None,
+                                    "finish_reason": choice["finish_reason"]}]})
+        if (body.get("stream_options") or {}).get("include_usage"):
+            chunks.append({**base, "object": "chat.completion.chunk", "choices": [], "usage": completion["usage"]})
+        try:
+            for n, chunk in enumerate(chunks):
+                if self.break_after is not None and n == self.break_after:
+                    if self.break_with == "error":
+                        error = {"message": "scripted failure mid-stream", "type": "server_error", "code": "scripted"}
+                        yield f"data: {json.dumps({'error': error})}\n\n"
+                    return
+                if n and self.token_delay_s:
+                    await asyncio.sleep(self.token_delay_s)
+                yield f"data: {json.dumps(chunk)}\n\n"
+            yield "data: [DONE]\n\n"
+        except asyncio.CancelledError:      # the client (the endpoint) went away mid-stream
+            self.cancelled.append(completion["id"])
+            raise
 
 
 @dataclass
@@ -91,6 +141,16 @@ class ForcedGates:
     default_answer: str | None = "commit"
     seen: list = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    # As runtime.api.Gates holds None for a gate it did not load: a gate with no decision to give is not loaded
+    # (the gating layer does not ask it, and a streamed request does not hold the text it would have judged).
+    @property
+    def toolgate(self) -> bool | None:
+        return True if self.tool_actions or self.default_tool is not None else None
+
+    @property
+    def g_step(self) -> bool | None:
+        return True if self.answer_actions or self.default_answer is not None else None
 
     def _next(self, gate: str, queue: list, default: str | None, record: dict) -> GateDecision | None:
         start = time.perf_counter()

@@ -7,9 +7,10 @@ connection that failed to open is retried ``retries`` times; a request the upstr
 may have generated already, and generation is the expensive part)."""
 from __future__ import annotations
 
+import json
 import os
 import time
-from typing import Any
+from typing import Any, AsyncIterator
 
 import httpx
 from pydantic import ValidationError
@@ -74,6 +75,54 @@ class Upstream:
             raise validation_error(e, f"upstream {self.base_url} answered an invalid chat completion", 502,
                                    "upstream_garbage") from e
         return body, latency
+
+    async def stream_chat(self, payload: dict) -> AsyncIterator[dict]:
+        """The upstream's chat completion for ``payload`` streamed (``stream: true``): each SSE event's JSON chunk as
+        it arrives. Failures before the first byte are the same errors as :meth:`chat`'s; an error event mid-stream
+        (``data: {"error": ...}``), a chunk that is not JSON, or a broken connection raise an :class:`APIError`
+        (502) at that point; a read timeout (no chunk for ``timeout_s``) 504. Leaving the iteration early (the
+        client went away) closes the upstream connection, which is how an OpenAI-compatible server learns to stop
+        generating."""
+        try:
+            async with self._client.stream("POST", "chat/completions", json=payload) as r:
+                if r.status_code >= 400:
+                    await r.aread()
+                    detail = _error_message(r)
+                    if r.status_code in PASSED_THROUGH:
+                        raise APIError(r.status_code, f"upstream rejected the request: {detail}",
+                                       code="upstream_rejected")
+                    raise APIError(502, f"upstream {self.base_url} answered {r.status_code}: {detail}",
+                                   code="upstream_error")
+                data: list[str] = []
+                async for line in r.aiter_lines():
+                    if line.startswith("data:"):
+                        data.append(line[5:].strip())
+                        continue
+                    if line or not data:    # an event: / id: / comment line, or a blank line between nothing
+                        continue
+                    event, data = "\n".join(data), []
+                    if event == "[DONE]":
+                        return
+                    try:
+                        chunk = json.loads(event)
+                    except ValueError as e:
+                        raise APIError(502, f"upstream {self.base_url} streamed a chunk that is not JSON: "
+                                            f"{event[:200]!r}", code="upstream_garbage") from e
+                    if not isinstance(chunk, dict):
+                        raise APIError(502, f"upstream {self.base_url} streamed a JSON {type(chunk).__name__}, not "
+                                            f"an object", code="upstream_garbage")
+                    if chunk.get("error"):
+                        err = chunk["error"]
+                        detail = err.get("message") if isinstance(err, dict) else err
+                        raise APIError(502, f"upstream {self.base_url} failed mid-stream: {str(detail)[:500]}",
+                                       code="upstream_error")
+                    yield chunk
+        except httpx.TimeoutException as e:
+            raise APIError(504, f"upstream {self.base_url} timed out ({type(e).__name__})",
+                           code="upstream_timeout") from e
+        except httpx.HTTPError as e:
+            raise APIError(502, f"upstream {self.base_url} stream broke: {type(e).__name__}: {e}",
+                           code="upstream_unreachable") from e
 
     async def models(self) -> list[str]:
         body, _ = await self._request("GET", "models")

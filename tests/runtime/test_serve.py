@@ -306,7 +306,7 @@ BAD_BODIES = [  # (id, raw body, status, error code)
     ("call_arguments_not_a_string", msg(role="assistant", tool_calls=[
         {"id": "c", "type": "function", "function": {"name": "f", "arguments": {"x": 1}}}]), 400, "invalid_request"),
     ("n_above_one", with_(n=2), 400, "invalid_request"),
-    ("stream", with_(stream=True), 400, "stream_unsupported"),
+    ("stream_not_a_bool", with_(stream="yes please"), 400, "invalid_request"),
     ("too_many_messages", with_(messages=[{"role": "user", "content": "hi"}] * 9), 400, "too_many_messages"),
     ("unknown_model", with_(model="gpt-9"), 404, "model_not_found"),
     ("huge_body", with_(messages=[{"role": "user", "content": "x" * 5000}]), 413, "request_too_large"),

@@ -1,0 +1,253 @@
+"""``stream: true`` through the gated endpoint (runtime/serve/streaming.py): the same decisions and final messages as
+a non-streamed episode, what is held for a gate and what streams live, usage and decisions in the last chunk, a
+client that leaves cancelling the upstream, an upstream failing mid-stream ending the stream with an error event,
+and openai-agents' streamed runner completing a tool episode. Upstream and gates are test doubles."""
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import pytest
+
+pytest.importorskip("fastapi")
+openai = pytest.importorskip("openai")
+import httpx  # noqa: E402
+
+import recipes  # noqa: E402
+from data_builders.agent import prompts as P  # noqa: E402
+from runtime.serve import Upstream, create_app  # noqa: E402
+from runtime.serve.testing import ForcedGates, ScriptedUpstream, serve_in_thread  # noqa: E402
+
+TOOLS = [{"type": "function", "function": {"name": "calculator", "description": "arithmetic",
+                                           "parameters": {"type": "object", "properties": {"x": {"type": "integer"}}}}}]
+QUESTION = [{"role": "user", "content": "What is 6*7?"}]
+
+
+class Endpoint:
+    """The endpoint on a loopback port in front of ``fake`` (also on a port: streaming is over real sockets)."""
+
+    def __init__(self, gates, fake: ScriptedUpstream | None = None, *overrides: str):
+        self.fake = fake or ScriptedUpstream()
+        self.gates, self.overrides = gates, overrides
+
+    def __enter__(self) -> "Endpoint":
+        self._up = serve_in_thread(self.fake.app)
+        upstream_url = self._up.__enter__()
+        cfg = recipes.compose("serve", [f"upstream.base_url={upstream_url}/v1", *self.overrides])
+        self.app = create_app(cfg, self.gates, Upstream.from_config(cfg.upstream))
+        self._ep = serve_in_thread(self.app)
+        self.url = self._ep.__enter__()
+        self.client = openai.OpenAI(base_url=f"{self.url}/v1", api_key="unused-on-loopback", max_retries=0)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._ep.__exit__(*exc)
+        self._up.__exit__(*exc)
+
+
+def collect(stream) -> tuple[dict, list, dict]:
+    """(the message the chunks add up to, the chunks, the last chunk's ``toolwise``), as a client assembles them."""
+    chunks = list(stream)
+    content, calls, finish = "", {}, None
+    for chunk in chunks:
+        for choice in chunk.choices:
+            delta = choice.delta
+            content += delta.content or ""
+            for part in delta.tool_calls or []:
+                call = calls.setdefault(part.index, {"id": None, "type": "function",
+                                                     "function": {"name": "", "arguments": ""}})
+                call["id"] = part.id or call["id"]
+                call["function"]["name"] += part.function.name or ""
+                call["function"]["arguments"] += part.function.arguments or ""
+            finish = choice.finish_reason or finish
+    message = {"role": "assistant", "content": content or None}
+    if calls:
+        message["tool_calls"] = [calls[i] for i in sorted(calls)]
+    assert finish is not None
+    return message, chunks, (chunks[-1].model_extra or {}).get("toolwise")
+
+
+def episode(client, stream: bool) -> tuple[list[dict], list[dict]]:
+    """The openai client through a tool episode: it runs its own tools and splices ``toolwise.injected`` in.
+    Returns (the transcript, every decision)."""
+    messages, decisions = list(QUESTION), []
+    for _ in range(4):
+        if stream:
+            msg, _, tw = collect(client.chat.completions.create(model="scripted", messages=messages, tools=TOOLS,
+                                                                stream=True))
+        else:
+            out = client.chat.completions.create(model="scripted", messages=messages, tools=TOOLS)
+            msg, tw = out.choices[0].message.model_dump(exclude_none=True), out.model_extra["toolwise"]
+            msg = {"role": "assistant", "content": msg.get("content"),
+                   **({"tool_calls": msg["tool_calls"]} if msg.get("tool_calls") else {})}
+        messages += tw["injected"]
+        messages.append(msg)
+        decisions += [{k: d[k] for k in ("gate", "action", "applied", "round")} for d in tw["decisions"]]
+        if not msg.get("tool_calls"):
+            return messages, decisions
+        for call in msg["tool_calls"]:
+            messages.append({"role": "tool", "tool_call_id": call["id"], "content": json.dumps({"result": 42})})
+    raise AssertionError("the episode did not end")
+
+
+def test_streamed_tool_episode_equals_the_non_streamed_one():
+    runs = {}
+    for stream in (False, True):
+        # turn 1: the call runs; turn 2: the answer gets a verification round whose call runs; turn 3: committed
+        gates = ForcedGates(tool_actions=["execute", "execute"], answer_actions=["continue", "commit"])
+        with Endpoint(gates, None, "gates.logprobs=true") as ep:
+            runs[stream] = episode(ep.client, stream), ep.fake.requests
+    (messages, decisions), requests = runs[True]
+    assert (messages, decisions) == runs[False][0]
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool", "assistant", "user", "assistant", "tool",
+                                             "assistant"]
+    assert messages[4]["content"] == P.VERIFY_PROMPT and messages[-1]["content"].endswith("\\boxed{42}")
+    assert [d["applied"] for d in decisions] == ["execute", "continue", "execute", "commit"]
+    # every upstream call was streamed, with usage asked for (the endpoint sums it), and saw what the non-streamed
+    # episode's calls saw
+    assert all(r["stream"] is True and r["stream_options"]["include_usage"] is True for r in requests)
+    assert [r["messages"] for r in requests] == [r["messages"] for r in runs[False][1]]
+
+
+def test_a_held_answer_is_never_the_one_sent_back_for_verification():
+    answers = iter(["First draft \\boxed{41}", "Checked: \\boxed{42}"])
+    fake = ScriptedUpstream(reply=lambda body: {"role": "assistant", "content": next(answers)})
+    with Endpoint(ForcedGates(answer_actions=["continue", "commit"]), fake) as ep:
+        msg, chunks, tw = collect(ep.client.chat.completions.create(model="scripted", messages=QUESTION,
+                                                                    stream=True))
+    assert msg["content"] == "Checked: \\boxed{42}"
+    assert all("41" not in (c.choices[0].delta.content or "") for c in chunks if c.choices)
+    assert tw["injected"] == [{"role": "assistant", "content": "First draft \\boxed{41}"},
+                              {"role": "user", "content": P.VERIFY_PROMPT}]
+    assert [d["applied"] for d in tw["decisions"]] == ["continue", "commit"]
+
+
+def test_text_no_gate_needs_streams_as_it_arrives_and_a_held_one_waits_for_its_decision():
+    words = " ".join(f"w{i}" for i in range(10))
+    fake = ScriptedUpstream(reply=lambda body: {"role": "assistant", "content": words}, token_delay_s=0.05)
+    timings = {}
+    for name, gates in (("live", ForcedGates(default_answer=None)), ("held", ForcedGates())):
+        with Endpoint(gates, fake) as ep:
+            start = time.perf_counter()
+            stream = ep.client.chat.completions.create(model="scripted", messages=QUESTION, stream=True)
+            arrivals = [time.perf_counter() - start for c in stream if c.choices and c.choices[0].delta.content]
+            timings[name] = arrivals
+    # ~0.55 s of generation: live, the first word arrives with the upstream's first chunk and the words trickle in;
+    # held, the whole answer arrives at once after the upstream has finished and G-STEP has decided
+    live, held = timings["live"], timings["held"]
+    print(f"\ntime to first content: live {live[0] * 1000:.0f} ms, held (G-STEP) {held[0] * 1000:.0f} ms")
+    assert len(live) == 10 and live[-1] - live[0] > 0.3 and live[0] < 0.3
+    assert len(held) == 1 and held[0] > 0.45
+
+
+def test_a_call_is_held_until_gated_and_a_skipped_one_streams_the_reasked_turn():
+    fake = ScriptedUpstream(token_delay_s=0.01)
+    gates = ForcedGates(tool_actions=["skip"], default_answer=None)     # ToolGate only
+    with Endpoint(gates, fake) as ep:
+        msg, chunks, tw = collect(ep.client.chat.completions.create(model="scripted", messages=QUESTION,
+                                                                    tools=TOOLS, stream=True))
+        assert [d["applied"] for d in tw["decisions"]] == ["skip"]
+        assert "tool_calls" not in msg and msg["content"].endswith("\\boxed{42}")
+        assert all(not c.choices[0].delta.tool_calls for c in chunks if c.choices)   # the skipped call never went
+        assert chunks[0].choices[0].delta.role == "assistant" and len({c.id for c in chunks}) == 1
+        # an executed call goes out whole, once gated, in one delta per call
+        msg, chunks, tw = collect(ep.client.chat.completions.create(model="scripted", messages=QUESTION,
+                                                                    tools=TOOLS, stream=True))
+    assert msg["tool_calls"][0]["function"] == {"name": "calculator", "arguments": '{"x": 0}'}
+    assert sum(bool(c.choices and c.choices[0].delta.tool_calls) for c in chunks) == 1
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+
+
+def test_usage_is_summed_in_its_own_last_chunk_with_the_decisions():
+    gates = ForcedGates(tool_actions=["skip"])
+    with Endpoint(gates) as ep:
+        msg, chunks, tw = collect(ep.client.chat.completions.create(
+            model="scripted", messages=QUESTION, tools=TOOLS, stream=True, stream_options={"include_usage": True}))
+        gates.tool_actions.append("skip")       # the same episode, not streamed
+        plain = ep.client.chat.completions.create(model="scripted", messages=QUESTION, tools=TOOLS)
+    last = chunks[-1]
+    assert last.choices == [] and last.usage is not None
+    assert last.usage.model_dump(exclude_none=True) == plain.usage.model_dump(exclude_none=True)
+    assert last.usage.prompt_tokens == 10 + 30          # the skip's re-ask is counted
+    assert tw["upstream_calls"] == 2 and chunks[-2].choices[0].finish_reason == "stop"
+    assert chunks[-2].model_extra.get("toolwise") is None          # the decisions ride on the last chunk only
+
+
+def read_until_first_event(url: str, body: dict) -> None:
+    """Opens a stream, reads its first event, and leaves (closing the connection)."""
+    with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=10) as r:
+        assert r.status_code == 200
+        for line in r.iter_lines():
+            if line.startswith("data:"):
+                return
+
+
+@pytest.mark.parametrize("gates", [ForcedGates(default_answer=None), ForcedGates()], ids=["live", "held"])
+def test_a_client_that_disconnects_cancels_the_upstream_stream(gates):
+    long = " ".join(["word"] * 200)
+    fake = ScriptedUpstream(reply=lambda body: {"role": "assistant", "content": long}, token_delay_s=0.05)
+    body = {"model": "scripted", "messages": QUESTION, "stream": True}
+    with Endpoint(gates, fake) as ep:
+        if gates.default_answer is None:
+            read_until_first_event(ep.url, body)        # live: it leaves after the first word
+        else:
+            with pytest.raises(httpx.ReadTimeout):      # held: nothing is sent; it leaves while waiting
+                with httpx.stream("POST", f"{ep.url}/v1/chat/completions", json=body, timeout=0.5) as r:
+                    r.read()
+        deadline = time.monotonic() + 5
+        while not fake.cancelled and time.monotonic() < deadline:
+            time.sleep(0.05)
+        # 200 words at 50 ms would take 10 s: the upstream stream was closed within the poll interval
+        assert fake.cancelled == ["chatcmpl-0"]
+        assert ep.client.chat.completions.create(model="scripted", messages=QUESTION).choices[0].message.content
+
+
+@pytest.mark.parametrize("break_with,expected", [("error", "scripted failure mid-stream"),
+                                                 ("close", "ended its stream before a finish_reason")])
+def test_an_upstream_failing_mid_stream_ends_the_stream_with_an_error_event(break_with, expected):
+    fake = ScriptedUpstream(reply=lambda body: {"role": "assistant", "content": "one two three four five"},
+                            break_after=3, break_with=break_with)
+    with Endpoint(None, fake) as ep:        # no gate: the first words are out before the upstream fails
+        got = []
+        with pytest.raises(openai.APIError, match=expected):
+            for chunk in ep.client.chat.completions.create(model="scripted", messages=QUESTION, stream=True):
+                got.append(chunk.choices[0].delta.content)
+        assert "".join(filter(None, got)) == "one two "
+        # with G-STEP the turn is held, so the failure comes before anything was sent: an ordinary HTTP error
+    with Endpoint(ForcedGates(), ScriptedUpstream(reply=fake.reply, break_after=3, break_with=break_with)) as ep:
+        with pytest.raises(openai.APIStatusError, match=expected) as e:
+            list(ep.client.chat.completions.create(model="scripted", messages=QUESTION, stream=True))
+        assert e.value.status_code == 502
+
+
+def test_openai_agents_streamed_runner_completes_a_tool_episode():
+    agents = pytest.importorskip("agents")
+    from agents import Agent, OpenAIChatCompletionsModel, Runner, function_tool, set_tracing_disabled
+
+    set_tracing_disabled(True)
+    calls = []
+
+    @function_tool
+    def calculator(x: int) -> str:
+        """Arithmetic."""
+        calls.append(x)
+        return json.dumps({"result": 42})
+
+    gates = ForcedGates()
+    with Endpoint(gates) as ep:
+        client = openai.AsyncOpenAI(base_url=f"{ep.url}/v1", api_key="unused-on-loopback", max_retries=0)
+        agent = Agent(name="calc", instructions="Use the calculator.", tools=[calculator],
+                      model=OpenAIChatCompletionsModel(model="scripted", openai_client=client))
+
+        async def run():
+            result = Runner.run_streamed(agent, "What is 6*7?")
+            kinds = [event.type async for event in result.stream_events()]
+            return result, kinds
+
+        result, kinds = asyncio.run(run())
+    assert calls == [0]                                   # the executed call ran in the agent, once
+    assert result.final_output.endswith("\\boxed{42}")
+    assert "raw_response_event" in kinds
+    assert all(r["stream"] is True for r in ep.fake.requests) and len(ep.fake.requests) == 2
+    assert [s["gate"] for s in gates.seen] == ["toolgate", "g_step"]
