@@ -7,6 +7,7 @@ with a semantic distractor per problem (``distractor=``, from the tool-use-tax p
 """
 from __future__ import annotations
 
+import inspect
 import random
 from collections import defaultdict
 from typing import Sequence
@@ -21,7 +22,8 @@ from .schema import DIFFICULTIES, ENV_CATEGORY, EnvSpec, Task, TaskFormatError
 from .when2tool import HUB_ID, load_when2tool
 
 __all__ = ["Task", "EnvSpec", "TaskFormatError", "ENV_CATEGORY", "load_tasks", "interleave", "stratified_sample",
-           "tasks_from_config", "check_selection", "SOURCE_ENVS", "MIXTURE",
+           "tasks_from_config", "check_selection", "SOURCE_ENVS", "SOURCE_OPTIONS", "read_source",
+           "select_tasks", "MIXTURE",
            "TASK_SOURCES"]
 
 TASK_SOURCES = ("builtin", "when2tool", "gsm8k")
@@ -85,52 +87,91 @@ def interleave(tasks: Sequence[Task]) -> list[Task]:
 
 def load_tasks(source: str = "builtin", *, split: str = "test", limit: int | None = None,
                envs: Sequence[str] | None = None, difficulties: Sequence[str] | None = None,
-               n_per_cell: int = 20, seed: int = 0, path: str | None = None, hops: str | None = None,
-               hub_id: str | None = None, revision: str | None = None, per_cell: int | None = None,
-               sample_seed: int = 0, distractor: str | None = None, distractor_seed: int = 0,
-               tier: str | None = None, n_per_template: int | None = None) -> list[Task]:
-    """Tasks of one split from a source, filtered, interleaved over (difficulty, environment), cut to ``limit``.
+               per_cell: int | None = None, sample_seed: int = 0, **options) -> list[Task]:
+    """Tasks of one split from a source: the source's tasks (:func:`read_source`, which takes the source's own
+    ``options``), then the run's selection of them (:func:`select_tasks`: filtered, subsampled, interleaved over
+    (difficulty, environment), cut to ``limit``).
 
-    ``n_per_cell``/``seed``/``tier``/``n_per_template`` apply to ``builtin`` (``tier``: standard | trivial | both,
-    the trivial tier being the tasks the default policy answers unaided often, ``builtin.generate_trivial``);
-    ``path``/``hub_id``/``revision`` to ``when2tool``; ``hops`` (single / multi / both) to both. ``gsm8k`` needs
-    ``path`` (a ``.jsonl`` file) and takes ``distractor`` (a kind from ``distractors.DISTRACTOR_KINDS``, or None)
-    and ``distractor_seed``.
     ``per_cell=k`` keeps a stratified subsample: k tasks drawn (seeded by ``sample_seed``) from every
     (environment, difficulty, hops) cell, for runs too expensive for the whole split.
     Bad filters (:func:`check_selection`) and a selection of no task at all are errors.
     """
     check_selection(source, limit=limit, per_cell=per_cell, envs=envs, difficulties=difficulties)
-    if distractor is not None and source != "gsm8k":
+    tasks = select_tasks(read_source(source, split, envs=envs, **options), envs=envs, difficulties=difficulties,
+                         per_cell=per_cell, sample_seed=sample_seed, limit=limit)
+    if not tasks:
+        # Every consumer fails later and less clearly on nothing (nan accuracy, a build with no points).
+        given = {"split": split, "path": options.get("path"), "hops": options.get("hops"), "envs": envs,
+                 "difficulties": difficulties, "per_cell": per_cell,
+                 "n_per_cell": options.get("n_per_cell", 20) if source == "builtin" else None}
+        raise ValueError(f"the {source} task source selected no task with "
+                         + ", ".join(f"{k}={list(v) if isinstance(v, (list, tuple)) else v!r}"
+                                     for k, v in given.items() if v is not None))
+    return tasks
+
+
+# ---------------------------------------------------------------------------- reading a source
+def _builtin(split: str, *, envs: Sequence[str] | None = None, n_per_cell: int = 20, seed: int = 0,
+             hops: str | None = None, tier: str | None = None, n_per_template: int | None = None) -> list[Task]:
+    """``tier``: standard | trivial | both, the trivial tier being the tasks the default policy answers unaided
+    often (``builtin.generate_trivial``); ``hops``: single | multi | both."""
+    return generate_builtin(split, n_per_cell=n_per_cell, seed=seed, envs=envs, hops=hops or "single",
+                            tier=tier or "standard", n_per_template=20 if n_per_template is None else n_per_template)
+
+
+def _when2tool(split: str, *, path: str | None = None, hops: str | None = None, hub_id: str | None = None,
+               revision: str | None = None) -> list[Task]:
+    """The benchmark's files under ``path``, else the hub dataset ``hub_id`` at ``revision``."""
+    return load_when2tool(split, path=path, hops=hops or "both", hub_id=hub_id or HUB_ID, revision=revision)
+
+
+def _gsm8k(split: str, *, path: str | None = None, distractor: str | None = None,
+           distractor_seed: int = 0) -> list[Task]:
+    """A ``.jsonl`` file at ``path``; ``distractor``: a kind from ``distractors.DISTRACTOR_KINDS``, or None."""
+    if path is None:
+        raise ValueError("the gsm8k task source needs a file: pass tasks.path=<file.jsonl> "
+                         "(e.g. GSM8K's train.jsonl from github.com/openai/grade-school-math)")
+    return load_gsm8k(path, split, distractor=distractor, distractor_seed=distractor_seed)
+
+
+_READERS = {"builtin": _builtin, "when2tool": _when2tool, "gsm8k": _gsm8k}
+# Each source's own options: its reader's keyword arguments (``envs`` is a selection option the builtin
+# generators also take, to generate only those environments).
+SOURCE_OPTIONS = {source: tuple(p for p in inspect.signature(read).parameters if p not in ("split", "envs"))
+                  for source, read in _READERS.items()}
+
+
+def read_source(source: str, split: str, *, envs: Sequence[str] | None = None, **options) -> list[Task]:
+    """One split of a source's tasks, before selection. ``options`` are the source's own (:data:`SOURCE_OPTIONS`);
+    another source's option is ignored (a caller may pass a tasks group's shared defaults), except those that
+    would change which tasks come back (``distractor``, ``tier``, ``n_per_template``), which are refused."""
+    known = {name for names in SOURCE_OPTIONS.values() for name in names}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise TypeError(f"load_tasks() got an unexpected keyword argument {unknown[0]!r}")
+    if options.get("distractor") is not None and source != "gsm8k":
         raise ValueError(f"distractor= applies to the gsm8k task source only, not {source!r}")
-    if (tier is not None or n_per_template is not None) and source != "builtin":
+    if (options.get("tier") is not None or options.get("n_per_template") is not None) and source != "builtin":
         raise ValueError(f"tier= and n_per_template= apply to the builtin task source only, not {source!r}")
-    if source == "builtin":
-        tasks = generate_builtin(split, n_per_cell=n_per_cell, seed=seed, envs=envs, hops=hops or "single",
-                                 tier=tier or "standard",
-                                 n_per_template=20 if n_per_template is None else n_per_template)
-    elif source == "when2tool":
-        tasks = load_when2tool(split, path=path, hops=hops or "both", hub_id=hub_id or HUB_ID, revision=revision)
-    elif source == "gsm8k":
-        if path is None:
-            raise ValueError("the gsm8k task source needs a file: pass tasks.path=<file.jsonl> "
-                             "(e.g. GSM8K's train.jsonl from github.com/openai/grade-school-math)")
-        tasks = load_gsm8k(path, split, distractor=distractor, distractor_seed=distractor_seed)
-    else:
+    if source not in _READERS:
         raise ValueError(f"unknown task source {source!r}; known: {TASK_SOURCES}")
+    own = {k: v for k, v in options.items() if k in SOURCE_OPTIONS[source]}
+    return _READERS[source](split, envs=envs, **own) if source == "builtin" else _READERS[source](split, **own)
+
+
+# ---------------------------------------------------------------------------- selecting from it
+def select_tasks(tasks: Sequence[Task], *, envs: Sequence[str] | None = None,
+                 difficulties: Sequence[str] | None = None, per_cell: int | None = None, sample_seed: int = 0,
+                 limit: int | None = None) -> list[Task]:
+    """The run's tasks out of a source's: only ``envs`` and ``difficulties`` (None: all), ``per_cell`` per cell
+    (:func:`stratified_sample`), interleaved over (difficulty, environment) so that any prefix covers every cell
+    (:func:`interleave`), the first ``limit``."""
     if envs:
         tasks = [t for t in tasks if t.env.name in set(envs)]
     if difficulties:
         tasks = [t for t in tasks if t.difficulty in set(difficulties)]
     if per_cell is not None:
         tasks = stratified_sample(tasks, per_cell, sample_seed)
-    if not tasks:
-        # Every consumer fails later and less clearly on nothing (nan accuracy, a build with no points).
-        given = {"split": split, "path": path, "hops": hops, "envs": envs, "difficulties": difficulties,
-                 "per_cell": per_cell, "n_per_cell": n_per_cell if source == "builtin" else None}
-        raise ValueError(f"the {source} task source selected no task with "
-                         + ", ".join(f"{k}={list(v) if isinstance(v, (list, tuple)) else v!r}"
-                                     for k, v in given.items() if v is not None))
     tasks = interleave(tasks)
     return tasks[:limit] if limit else tasks
 
