@@ -815,6 +815,12 @@ class ServeLocalUpstream:
                                  "max_completion_tokens", ge=1)
     temperature: float = param(0.0, "when a request sets none (toolwise evaluates greedy; OpenAI's own default is "
                                     "1)", ge=0)
+    max_context: Optional[int] = param(None, "tokens of prompt and completion together; a longer prompt is refused "
+                                             "(400), a larger max_tokens capped to the room left; null: the "
+                                             "model's max_position_embeddings", ge=2)
+    slice_tokens: int = param(32, "tokens generated per turn of the one policy: a long generation yields the "
+                                  "policy to waiting requests between slices, and stops at the next one when its "
+                                  "client leaves or the server shuts down", ge=1)
 
 
 @dataclass

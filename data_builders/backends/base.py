@@ -81,7 +81,10 @@ class Backend(ABC):
         longest common prefix; :meth:`release` frees them. With ``prefill_state`` from :meth:`prefill` on the same prompts, the
         prompt's KV cache is reused so the probe read costs no second forward pass; ``prompts`` may
         then extend those prompts (a response prefill chosen from the probe's reading). ``constraints`` (one per
-        prompt, None = free) hold each prompt's tool calls to its tools' schemas (``backends/grammar.py``)."""
+        prompt, None = free) hold each prompt's tool calls to its tools' schemas (``backends/grammar.py``). With
+        ``cache_keys`` a prompt may be given as token ids instead of text: a generation continued exactly where it
+        stopped (its prompt's tokens and the tokens it generated), which re-tokenizing the decoded text need not
+        reproduce."""
 
     def release(self, keys: Sequence[Hashable]) -> None:
         """Forget the KV caches kept for these ``cache_keys`` (no-op for backends that keep none)."""

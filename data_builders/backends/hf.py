@@ -260,13 +260,19 @@ class HFBackend(ChatText, Backend):
         prompts = list(prompts)
         if cache_keys is not None and len(cache_keys) != len(prompts):
             raise ValueError("cache_keys must give one key per prompt")
+        if (cache_keys is None or prefill_state is not None) and not all(isinstance(p, str) for p in prompts):
+            raise ValueError("a prompt given as token ids continues a kept KV cache: it needs cache_keys (and no "
+                             "prefill_state)")
         grammars = self._compile(prompts, constraints)
         if params.seed is not None:
             torch.manual_seed(params.seed)
         kw = self._gen_kwargs(params)
         results: list[Generation | None] = [None] * len(prompts)
         if prefill_state is None and cache_keys is not None:
-            ids = [self.tokenizer(p, add_special_tokens=False).input_ids for p in prompts]   # tokenized once
+            # tokenized once; a prompt given as token ids (its key's own tokens and more) is taken as is, since
+            # decoding generated tokens and tokenizing the text again need not give the same tokens back
+            ids = [self.tokenizer(p, add_special_tokens=False).input_ids if isinstance(p, str) else list(p)
+                   for p in prompts]
             batches = [self._reuse_batch(idx, ids, cache_keys) for idx in self._chunks(prompts, [len(r) for r in ids])]
         elif prefill_state is None:
             batches = [(idx, self._encode([prompts[i] for i in idx]), None) for idx in self._chunks(prompts)]

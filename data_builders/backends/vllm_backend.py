@@ -161,7 +161,8 @@ class VLLMBackend(ChatText, Backend):
                 if not p.startswith(q):
                     raise ValueError(f"prompt {i} does not extend the prefilled prompt; re-run prefill")
             prefill_state._resume.clear()   # the HF caches are not used by vLLM: free them now
-        ids = [self.tokenizer(p, add_special_tokens=False).input_ids for p in prompts]
+        ids = [self.tokenizer(p, add_special_tokens=False).input_ids if isinstance(p, str) else list(p)
+               for p in prompts]      # token ids: a continuation given as the engine's own tokens
         if constraints is not None and len(constraints) != len(prompts):
             raise ValueError("constraints must give one entry (a CallConstraint or None) per prompt")
         sp = (self.sampling_params(params, return_logprobs) if constraints is None else

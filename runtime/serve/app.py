@@ -4,10 +4,11 @@
 and a fake upstream; ``python -m runtime.serve`` builds the real ones from the config."""
 from __future__ import annotations
 
+import asyncio
 import json
 import time
-from contextlib import asynccontextmanager
-from typing import Any
+from contextlib import asynccontextmanager, suppress
+from typing import Any, Awaitable, TypeVar
 
 import anyio
 from fastapi import Depends, FastAPI, Request
@@ -25,6 +26,30 @@ from .streaming import stream_completion
 from .upstream import Upstream
 
 ROUTES = {"/v1/chat/completions", "/v1/models", "/health", "/metrics"}
+T = TypeVar("T")
+DISCONNECT_POLL_S = 0.25        # how often a request in progress checks that its client is still there
+
+
+async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
+    """``work``'s result, unless the client disconnects first: then ``work`` is cancelled (a local generation stops
+    after its slice in progress, an HTTP upstream's request is dropped) and the request ends with 499, which
+    nobody reads but the metrics count. Nothing else notices a client that left: the app would go on computing
+    an answer for no one, holding the policy meanwhile."""
+    task = asyncio.ensure_future(work)
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
+            if done:
+                return task.result()
+            if await request.is_disconnected():
+                task.cancel()
+                with suppress(asyncio.CancelledError):
+                    await task
+                raise APIError(499, "the client closed the connection before the answer was ready",
+                               code="client_closed")
+    finally:
+        if not task.done():     # this request itself cancelled (the server shutting down): so is its work
+            task.cancel()
 
 
 async def read_body(request: Request, limit: int, timeout_s: float = 30.0) -> bytes:
@@ -126,6 +151,32 @@ def decision_headers(toolwise: dict) -> dict[str, str]:
     return headers
 
 
+class CountRequests:
+    """Counts every HTTP request by route and status. Plain ASGI, not ``@app.middleware("http")``: starlette's
+    BaseHTTPMiddleware keeps the client's disconnect from the endpoint, so a request whose client left would
+    generate on (:func:`unless_disconnected`)."""
+
+    def __init__(self, app: Any, metrics: Metrics):
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        status = 500        # what the server's error handler sends when the app raises past every handler
+
+        async def sending(message: dict) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            route = scope["path"] if scope["path"] in ROUTES else "other"
+            self.metrics.requests.labels(route, str(status)).inc()
+
+
 def create_app(cfg: Any, gates: Any, upstream: Upstream) -> FastAPI:
     """``cfg``: the ``serve`` config (recipes/serve.yaml); ``gates``: a :class:`runtime.api.Gates`
     (or anything with its ``tool_call``/``answer``), None for a plain proxy; ``upstream``: the server behind."""
@@ -178,12 +229,7 @@ def create_app(cfg: Any, gates: Any, upstream: Upstream) -> FastAPI:
         return JSONResponse(APIError(500, f"internal error: {type(e).__name__}", code="internal_error").body(),
                             status_code=500)
 
-    @app.middleware("http")
-    async def count_requests(request: Request, call_next):
-        response = await call_next(request)
-        route = request.url.path if request.url.path in ROUTES else "other"
-        metrics.requests.labels(route, str(response.status_code)).inc()
-        return response
+    app.add_middleware(CountRequests, metrics=metrics)
 
     @app.get("/health")
     async def health(creds: HTTPAuthorizationCredentials | None = Depends(bearer)) -> dict:
@@ -214,7 +260,7 @@ def create_app(cfg: Any, gates: Any, upstream: Upstream) -> FastAPI:
         if req.stream:      # server-sent events; what is held for the gates and what streams: streaming.py
             return await stream_completion(request, gater, body)
         start = time.perf_counter()
-        result = await gater.complete(body, body["messages"])
+        result = await unless_disconnected(request, gater.complete(body, body["messages"]))
         result["toolwise"]["wall_ms"] = round((time.perf_counter() - start) * 1000, 3)
         return JSONResponse(result, headers=decision_headers(result["toolwise"]))
 

@@ -18,12 +18,19 @@ the gating layer, which returns it in ``toolwise.malformed_calls`` and counts it
 nothing it writes is read as a call); ``required`` forces the opening of a call, a named function the opening of
 that function's call up to its arguments (the hard "use" prefill, extended), so the policy writes the rest.
 
-One generation at a time (the backend is not thread-safe, and on CPU torch uses every core); for throughput put
-a vLLM server behind ``upstream=http`` — ToolGate and G-STEP work there."""
+No request can hold the policy for long: a prompt the context (``upstream.max_context``, default the model's
+positions) cannot hold is refused with 400 ``context_length_exceeded`` before any forward pass, and ``max_tokens``
+is capped to the room the prompt leaves (OpenAI's ``max_tokens`` is a most: the turn ends with finish_reason
+``length``). The policy generates for one request at a time (the backend is not thread-safe, and on CPU torch uses
+every core), in slices of ``upstream.slice_tokens`` tokens taken in turn: a short request waits for a slice of a
+long one, not for all of it, and a request that is cancelled (its client left, the server is shutting down) stops
+at its next slice. A long prompt's prefill is one step, though (a 3,000-token prompt takes seconds on a CPU). For
+throughput put a vLLM server behind ``upstream=http`` — ToolGate and G-STEP work there."""
 from __future__ import annotations
 
 import time
 import uuid
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, Callable
 
@@ -87,15 +94,44 @@ def split_call(text: str, call: ToolCall | None) -> tuple[str, str]:
 FirstTurn = Callable[[Any], tuple[str, Any, str, bool]]
 
 
+@dataclass
+class _Generation:
+    """One turn being generated, slice by slice (:meth:`LocalUpstream.chat`)."""
+
+    prompt: str                     # the rendered prompt
+    prefill: str                    # the response prefill (probe) or forced call opening (tool_choice)
+    shown: bool                     # the prefill belongs in the reply (see FirstTurn)
+    offered: bool                   # tools were offered: the text may hold a call
+    params: SamplingParams          # budget = params.max_new_tokens (capped to the context)
+    logprobs: bool
+    state: Any = None               # the probe's prefill state, consumed by the first slice
+    prompt_ids: list[int] = field(default_factory=list)    # the first slice's prompt as the backend tokenized it
+    token_ids: list[int] = field(default_factory=list)
+    token_logprobs: list[float] | None = None
+    text: str = ""                  # the generated text so far (after the prefill), cut at a stop string
+    prompt_tokens: int = 0
+    finish: str | None = None       # stop | eos | length once done
+    slices: int = 0
+
+
 class LocalUpstream:
     local = True        # the policy runs here: the gating layer can probe its first turns (never an HTTP upstream's)
 
     def __init__(self, backend: Any, *, call_format: str = "xml", models: list[str] | None = None,
-                 max_tokens: int = 256, temperature: float = 0.0):
+                 max_tokens: int = 256, temperature: float = 0.0, max_context: int | None = None,
+                 slice_tokens: int = 32):
+        if getattr(backend, "name", None) == "openai":
+            raise ValueError("upstream=local runs the policy in this process (backend=hf or vllm); for an "
+                             "OpenAI-compatible server, serve it with upstream=http")
         self.backend, self.call_format = backend, call_format
         self.served = list(models or [backend.model_id])
-        self.max_tokens, self.temperature = max_tokens, temperature
+        self.max_tokens, self.temperature, self.slice_tokens = max_tokens, temperature, slice_tokens
+        positions = getattr(getattr(backend, "config", None), "max_position_embeddings", None)
+        self.max_context = int(max_context or positions or 32768)
         self.base_url = f"local:{backend.fingerprint}"
+        # One generation slice at a time (the backend is not thread-safe, torch already uses every core), in the
+        # order requests ask (anyio's limiter is first come, first served): a long generation and a short one
+        # take turns slice by slice instead of the short one waiting for the whole long one.
         self.limiter = CapacityLimiter(1)
         self.tokenizer = getattr(backend, "tokenizer", None)
 
@@ -106,9 +142,10 @@ class LocalUpstream:
         from runtime.messages import call_format_of
 
         backend = backend_from_config(cfg.model, cfg.backend)
+        up = cfg.upstream
         return cls(backend, call_format=call_format_of(backend.fingerprint),
-                   models=list(cfg.upstream.models) if cfg.upstream.models else None,
-                   max_tokens=cfg.upstream.max_tokens, temperature=cfg.upstream.temperature)
+                   models=list(up.models) if up.models else None, max_tokens=up.max_tokens,
+                   temperature=up.temperature, max_context=up.max_context, slice_tokens=up.slice_tokens)
 
     async def models(self) -> list[str]:
         return list(self.served)
@@ -118,9 +155,20 @@ class LocalUpstream:
 
     async def chat(self, payload: dict, first_turn: FirstTurn | None = None) -> tuple[dict, float]:
         """The chat completion for ``payload`` and its latency in seconds; ``first_turn``: the gating layer's probe
-        step, run in the same worker right before generating (the backend serves one call at a time)."""
+        step, run in the same worker right before generating (the backend serves one call at a time).
+
+        The generation runs in slices of ``slice_tokens`` tokens, each its own turn on the policy, the KV cache kept
+        between them (``cache_keys``): a request waiting for the policy gets it after the current slice, and a
+        cancelled request (its client left, the server is shutting down) stops after the slice in progress."""
         start = time.perf_counter()
-        body = await to_thread.run_sync(partial(self._complete, payload, first_turn), limiter=self.limiter)
+        key = ("serve", uuid.uuid4().hex)       # this generation's KV cache in the backend
+        try:
+            gen = await to_thread.run_sync(partial(self._begin, payload, first_turn, key), limiter=self.limiter)
+            while gen.finish is None:
+                await to_thread.run_sync(partial(self._slice, gen, key), limiter=self.limiter)
+        finally:        # a slice never outlives its await (the worker finishes first), so the cache is free
+            self.backend.release([key])
+        body = self._body(payload, gen)
         try:
             ChatResponse.model_validate(body)
         except ValidationError as e:       # our own bug, but the client gets an answer that says so
@@ -128,16 +176,25 @@ class LocalUpstream:
         return body, time.perf_counter() - start
 
     # ------------------------------------------------------------------------------------------ in a worker
-    def _params(self, payload: dict) -> SamplingParams:
+    def _params(self, payload: dict, room: int) -> SamplingParams:
+        """The request's sampling, its budget capped to ``room`` (the context left after the prompt): a client's
+        max_tokens is a most, and the policy cannot write past its context anyway."""
         budget = payload.get("max_completion_tokens") or payload.get("max_tokens") or self.max_tokens
         temperature = payload.get("temperature")
         temperature = self.temperature if temperature is None else float(temperature)
         seed = payload.get("seed")
-        return SamplingParams(max_new_tokens=int(budget), temperature=temperature,
+        return SamplingParams(max_new_tokens=min(int(budget), room), temperature=temperature,
                               top_p=float(payload.get("top_p") or 1.0), stop=(CALL_STOP, *_stops(payload.get("stop"))),
                               seed=int(seed) if isinstance(seed, int) else None)
 
-    def _complete(self, payload: dict, first_turn: FirstTurn | None) -> dict:
+    def _too_long(self, tokens: int, what: str) -> APIError:
+        return APIError(400, f"{what} is {tokens} tokens; the model's context holds {self.max_context} (prompt and "
+                             f"completion together), which leaves no room to generate: shorten the messages or "
+                             f"tools", code="context_length_exceeded", param="messages")
+
+    def _begin(self, payload: dict, first_turn: FirstTurn | None, key: Any) -> _Generation:
+        """Convert and check the request, refuse a prompt the context cannot hold (before any forward pass: the
+        probe's prefill included), run the probe step, and generate the first slice."""
         messages, tools = payload["messages"], payload.get("tools") or []
         choice_of_tool = payload.get("tool_choice")
         try:
@@ -146,32 +203,89 @@ class LocalUpstream:
             offered = [] if choice_of_tool == "none" else check_tools(tools)
         except ValueError as e:
             raise APIError(400, f"messages: {e}", code="invalid_messages", param="messages") from e
-        params = self._params(payload)
+        rendered = self.backend.render(P.template_messages(view.messages), offered)
+        chars_per_token = getattr(self.backend, "max_token_chars", None)
+        if isinstance(chars_per_token, int) and len(rendered) // chars_per_token >= self.max_context:
+            # a bound from below, without tokenizing a prompt that may be a megabyte
+            raise self._too_long(len(rendered) // chars_per_token, "the prompt (at least)")
+        prompt_tokens = self.backend.count_tokens(rendered)
+        if prompt_tokens >= self.max_context:
+            raise self._too_long(prompt_tokens, "the prompt")
         prompt, state, prefill, shown = first_turn(self.backend) if first_turn is not None else ("", None, "", True)
         if not prompt:
-            prompt = self.backend.render(P.template_messages(view.messages), offered)
+            prompt = rendered
         if not prefill and offered:     # "required" / a named function: the call is opened for the policy
             prefill = forced_call_prefix(choice_of_tool, self.call_format)
-        gen = self.backend.generate([prompt + prefill], params, prefill_state=state,
-                                    return_logprobs=bool(payload.get("logprobs")))[0]
-        raw = prefill + gen.text            # the turn the policy wrote, as the loop reads it
-        call = parse_tool_call(raw) if offered else None
+        room = self.max_context - prompt_tokens - (self.backend.count_tokens(prefill) if prefill else 0)
+        if room < 1:
+            raise self._too_long(self.max_context - room, "the prompt with its response prefill")
+        gen = _Generation(prompt=prompt, prefill=prefill, shown=shown, offered=bool(offered),
+                          params=self._params(payload, room), logprobs=bool(payload.get("logprobs")), state=state)
+        self._slice(gen, key)
+        return gen
+
+    def _slice(self, gen: _Generation, key: Any) -> None:
+        """Generate up to ``slice_tokens`` more tokens of ``gen``, resuming from the KV cache kept under ``key``.
+
+        A later slice's prompt is token ids, the first slice's prompt tokens followed by every token generated
+        since, never the decoded text: tokenizing generated text again need not give the generated tokens back (a
+        run of newlines, a character split over two tokens), and the continuation would then read another
+        sequence than the one an unsliced generation reads. So slicing changes no token of the output."""
+        budget = gen.params.max_new_tokens
+        params = replace(gen.params, max_new_tokens=min(self.slice_tokens, budget - len(gen.token_ids)),
+                         seed=gen.params.seed if gen.slices == 0 else None)     # seeded once, not every slice
+        if gen.slices == 0:
+            prompt: str | list[int] = gen.prompt + gen.prefill
+            # the tokens the backend reads this as: one text, or with the probe's state the prompt as prefilled
+            # and the response prefill tokenized after it
+            gen.prompt_ids = (self._ids(gen.prompt) + self._ids(gen.prefill) if gen.state is not None
+                              else self._ids(prompt))
+        else:
+            prompt = gen.prompt_ids + gen.token_ids
+        out = self.backend.generate([prompt], params, prefill_state=gen.state, return_logprobs=gen.logprobs,
+                                    cache_keys=[key])[0]
+        gen.state = None        # a prefill state is consumed by the generation that continues it
+        if gen.slices == 0:
+            gen.prompt_tokens = out.prompt_tokens
+        gen.slices += 1
+        gen.token_ids += out.token_ids
+        if out.logprobs is not None:
+            gen.token_logprobs = (gen.token_logprobs or []) + list(out.logprobs)
+        # the text of every token so far decoded as one (a character split over two slices decodes whole)
+        gen.text = (self.tokenizer.decode(gen.token_ids, skip_special_tokens=True) if self.tokenizer is not None
+                    else gen.text + out.text)
+        stops = [gen.text.find(s) + len(s) for s in gen.params.stop if s in gen.text]
+        if stops:       # also one that straddles two slices (each slice sees only its own text)
+            gen.text, gen.finish = gen.text[:min(stops)], "stop"
+        elif out.finish_reason in ("stop", "eos"):
+            gen.finish = out.finish_reason
+        elif len(gen.token_ids) >= budget:
+            gen.finish = "length"
+
+    def _ids(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False).input_ids if text else []
+
+    def _body(self, payload: dict, gen: _Generation) -> dict:
+        raw = gen.prefill + gen.text            # the turn the policy wrote, as the loop reads it
+        call = parse_tool_call(raw) if gen.offered else None
         # the reply is the text around the call, never its markup (that is what tool_calls carries); an opened call
         # nobody could parse is not returned as the answer either: the gating layer records it
-        content, markup = split_call(raw if shown else gen.text, call) if offered else (gen.text, "")
+        content, markup = split_call(raw if gen.shown else gen.text, call) if gen.offered else (gen.text, "")
         message: dict[str, Any] = {"role": "assistant", "content": content or (None if call is not None else "")}
         if call is not None:
             message["tool_calls"] = [{"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
                                       "function": {"name": call.name, "arguments": serialize(call.arguments)}}]
-        finish = "tool_calls" if call is not None else ("length" if gen.finish_reason == "length" else "stop")
+        finish = "tool_calls" if call is not None else ("length" if gen.finish == "length" else "stop")
         choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": finish, "logprobs": None}
-        if payload.get("logprobs") and gen.logprobs is not None:
+        if gen.logprobs and gen.token_logprobs is not None:
             choice["logprobs"] = {"content": [{"token": self._token(t), "logprob": lp, "bytes": None,
-                                               "top_logprobs": []} for t, lp in zip(gen.token_ids, gen.logprobs)]}
+                                               "top_logprobs": []}
+                                              for t, lp in zip(gen.token_ids, gen.token_logprobs)]}
+        completion = len(gen.token_ids)
         body = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
                 "model": payload.get("model", self.served[0]), "choices": [choice],
-                "usage": {"prompt_tokens": gen.prompt_tokens, "completion_tokens": gen.decode_tokens,
-                          "total_tokens": gen.prompt_tokens + gen.decode_tokens}}
+                "usage": {"prompt_tokens": gen.prompt_tokens, "completion_tokens": completion,
+                          "total_tokens": gen.prompt_tokens + completion}}
         if call is None and markup:
             body["toolwise"] = {"malformed_call": markup}     # read (and removed) by the gating layer
         return body

@@ -4,6 +4,13 @@ The tiny random Llama is the policy: its greedy text is gibberish but determinis
 can be compared token for token with toolwise's own agent loop on the same task and probe."""
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
 import pytest
 import torch
 
@@ -23,9 +30,10 @@ from runtime.messages import call_format_of, to_openai  # noqa: E402
 from runtime.serve import create_app  # noqa: E402
 from runtime.serve.__main__ import build  # noqa: E402
 from runtime.serve.local import LocalUpstream  # noqa: E402
-from runtime.serve.testing import ForcedGates  # noqa: E402
+from runtime.serve.testing import ForcedGates, free_port, serve_in_thread  # noqa: E402
 
 MAX_TOKENS = 12
+REPO = recipes.CONFIG_DIR.rsplit("/", 1)[0]
 TOOLS = [{"type": "function", "function": {"name": "calculator", "description": "arithmetic",
                                            "parameters": {"type": "object", "properties": {"x": {"type": "string"}}}}}]
 
@@ -55,10 +63,11 @@ def probes(tiny_backend, tmp_path_factory):
     return out
 
 
-def local_client(backend, gates, *overrides, style="hard", on_error="open"):
+def local_client(backend, gates, *overrides, style="hard", on_error="open", **upstream):
     cfg = recipes.compose("serve", ["upstream=local", f"gates.prefill_style={style}",
                                     f"gates.on_error={on_error}", *overrides])
-    upstream = LocalUpstream(backend, call_format=call_format_of(backend.fingerprint), max_tokens=MAX_TOKENS)
+    upstream = LocalUpstream(backend, call_format=call_format_of(backend.fingerprint), max_tokens=MAX_TOKENS,
+                             **upstream)
     return TestClient(create_app(cfg, gates, upstream))
 
 
@@ -75,11 +84,12 @@ def loop_first_turn(backend, task, probe_path, style):
     return oa[:first], tools, oa[first]["content"], gates
 
 
-@pytest.mark.parametrize("action", ["use", "skip"])
-def test_first_turn_equals_the_agent_loops_with_the_probes_prefill(tiny_backend, probes, action):
+@pytest.mark.parametrize("action,slice_tokens", [("use", 32), ("skip", 32), ("use", 5), ("skip", 3)])
+def test_first_turn_equals_the_agent_loops_with_the_probes_prefill(tiny_backend, probes, action, slice_tokens):
+    """Token for token, also when the generation is sliced (it resumes from its own tokens, never re-read text)."""
     task = calc_task("c1", "17*23")
     messages, tools, loop_text, gates = loop_first_turn(tiny_backend, task, probes[action], "hard")
-    with local_client(tiny_backend, gates) as client:
+    with local_client(tiny_backend, gates, slice_tokens=slice_tokens) as client:
         r = client.post("/v1/chat/completions", json={"model": tiny_backend.model_id, "messages": messages,
                                                        "tools": tools, "max_tokens": MAX_TOKENS})
     assert r.status_code == 200, r.text
@@ -223,7 +233,7 @@ class ScriptedPolicy(ChatText):
 def scripted_ask(tiny_backend, texts, gates=None, **body):
     policy = ScriptedPolicy(tiny_backend, texts)
     gates = ForcedGates() if gates is None else gates
-    with local_client(policy, gates) as client:
+    with local_client(policy, gates, slice_tokens=10_000) as client:     # one scripted text, one generate
         r = client.post("/v1/chat/completions", json={"model": tiny_backend.model_id, "tools": TOOLS,
                                                        "messages": [{"role": "user", "content": "What is 6*7?"}],
                                                        "max_tokens": 200, **body})
@@ -300,3 +310,129 @@ def test_a_tool_choice_that_cannot_be_honoured_is_a_400(tiny_backend, choice, to
                                                        "messages": [{"role": "user", "content": "q"}]})
     assert r.status_code == 400 and r.json()["error"]["param"].startswith("tool_choice")
     assert says in r.json()["error"]["message"]
+
+
+# ------------------------------------------------------------------ no request can stall the local policy
+class Counting:
+    """The tiny policy, counting its ``generate`` calls (one per slice)."""
+
+    def __init__(self, inner):
+        self.inner, self.calls = inner, 0
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def generate(self, *args, **kwargs):
+        self.calls += 1
+        return self.inner.generate(*args, **kwargs)
+
+
+def local_app(backend, *overrides, **upstream):
+    cfg = recipes.compose("serve", ["upstream=local", *overrides])
+    return create_app(cfg, None, LocalUpstream(backend, call_format=call_format_of(backend.fingerprint), **upstream))
+
+
+def test_slicing_changes_no_token_nor_log_prob(tiny_backend):
+    msgs = [{"role": "user", "content": "Count: 1, 2, 3 ... and say 日本語 🙂"}]
+    out = {}
+    for slice_tokens in (1000, 7, 1):
+        with TestClient(local_app(tiny_backend, slice_tokens=slice_tokens)) as client:
+            r = client.post("/v1/chat/completions", json={"model": tiny_backend.model_id, "messages": msgs,
+                                                           "max_tokens": 40, "logprobs": True}).json()
+        out[slice_tokens] = (r["choices"][0]["message"]["content"], r["usage"],
+                             [t["logprob"] for t in r["choices"][0]["logprobs"]["content"]])
+    assert out[1000][1]["completion_tokens"] == 40
+    assert out[7][:2] == out[1][:2] == out[1000][:2]
+    assert out[7][2] == pytest.approx(out[1000][2], abs=1e-4) and out[1][2] == pytest.approx(out[1000][2], abs=1e-4)
+
+
+def test_a_prompt_over_the_context_is_refused_before_any_generation(tiny_backend):
+    policy = ScriptedPolicy(tiny_backend, ["never"])
+    with TestClient(local_app(policy, max_context=64)) as client:
+        for content in ("word " * 80, "x" * 900_000):       # the second is refused by its length, untokenized
+            r = client.post("/v1/chat/completions", json={"model": tiny_backend.model_id,
+                                                           "messages": [{"role": "user", "content": content}]})
+            assert r.status_code == 400, r.text
+            assert r.json()["error"]["code"] == "context_length_exceeded" and "holds 64" in r.json()["error"]["message"]
+    assert policy.prompts == []
+
+
+def test_max_tokens_past_the_context_is_capped_to_the_room_left(tiny_backend):
+    with TestClient(local_app(tiny_backend, max_context=160)) as client:
+        r = client.post("/v1/chat/completions", json={"model": tiny_backend.model_id, "max_tokens": 10**9,
+                                                       "messages": [{"role": "user", "content": "Go on."}]})
+    assert r.status_code == 200, r.text
+    usage = r.json()["usage"]
+    assert r.json()["choices"][0]["finish_reason"] == "length" and usage["total_tokens"] == 160
+
+
+def test_a_huge_generation_neither_stalls_a_good_request_nor_outlives_its_client(tiny_backend):
+    """max_tokens=10**9 on a long prompt (capped to the 4,096-token context: ~13 s of the tiny policy here): a
+    good request sent meanwhile is answered within 5 s (the two take turns slice by slice), and when the huge
+    request's client gives up, its generation stops at the next slice."""
+    policy = Counting(tiny_backend)
+    app = local_app(policy)
+    long_prompt = [{"role": "user", "content": "Tell me everything about numbers. " * 60}]
+    outcome = {}
+
+    def huge():
+        try:
+            httpx.post(f"{url}/v1/chat/completions", timeout=4.0, json={
+                "model": tiny_backend.model_id, "messages": long_prompt, "max_tokens": 10**9})
+            outcome["huge"] = "answered"
+        except httpx.TimeoutException:
+            outcome["huge"] = "gave up"     # the client closes its connection
+
+    with serve_in_thread(app) as url:
+        thread = threading.Thread(target=huge)
+        thread.start()
+        while policy.calls < 2:             # the huge generation is under way
+            time.sleep(0.05)
+        start = time.monotonic()
+        r = httpx.post(f"{url}/v1/chat/completions", timeout=30, json={
+            "model": tiny_backend.model_id, "max_tokens": 8, "messages": [{"role": "user", "content": "Hi"}]})
+        waited = time.monotonic() - start
+        assert r.status_code == 200 and waited < 5.0, (r.status_code, waited)
+        thread.join(timeout=30)
+        assert outcome.get("huge") == "gave up"
+        time.sleep(1.0)                     # a disconnect poll and the slice in progress
+        stopped_at = policy.calls
+        time.sleep(1.0)
+        assert policy.calls == stopped_at, "the generation went on after its client left"
+        assert stopped_at < 4096 // 32      # far from the ~126 slices the whole generation takes
+        metrics = httpx.get(f"{url}/metrics").text
+    assert 'toolwise_errors_total{code="client_closed",status="499"} 1.0' in metrics
+
+
+def test_sigterm_stops_the_server_promptly_during_a_long_generation(tiny_model_dir, tmp_path):
+    """uvicorn waits for requests in flight on SIGTERM, by default without end: a long generation kept the server
+    up past 30 s."""
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "runtime.serve", "upstream=local", "model=hf",
+                               f"model.name={tiny_model_dir}", f"port={port}", f"hydra.run.dir={tmp_path}"], cwd=REPO, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 120
+        while True:
+            assert server.poll() is None and time.monotonic() < deadline, server.stdout.read()
+            try:
+                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        for _ in range(3):                  # three long generations queued for the one policy
+            threading.Thread(target=lambda: httpx.post(f"{url}/v1/chat/completions", timeout=90, json={
+                "model": str(tiny_model_dir), "max_tokens": 4050, "messages": [{"role": "user", "content": "Go."}]}),
+                daemon=True).start()
+        time.sleep(1.5)                     # generating
+        start = time.monotonic()
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=30)
+        # limits.shutdown_timeout_s (5 s) for the requests in flight, then they are cancelled at their next slice;
+        # the three generations would take over 20 s more
+        assert time.monotonic() - start < 9.0
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()

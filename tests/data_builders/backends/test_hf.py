@@ -174,3 +174,18 @@ def test_probe_only_copy_reads_the_same_hidden_states_without_lm_head(tiny_model
     torch.testing.assert_close(state.hidden, tiny_backend.prefill(ps).hidden, atol=1e-5, rtol=1e-5)
     with pytest.raises(RuntimeError, match="probe_only"):
         reader.generate(ps[:1], SamplingParams(max_new_tokens=2))
+
+
+def test_a_generation_continued_from_its_own_token_ids_equals_one_unbroken_generation(tiny_backend):
+    """A prompt given as token ids (its key's prompt tokens and the tokens generated so far) continues exactly; the
+    decoded text, tokenized again, need not give those tokens back (the tiny policy's runs of newlines do not)."""
+    prompt = tiny_backend.render([{"role": "user", "content": "Count to ten."}])
+    whole = tiny_backend.generate([prompt], SamplingParams(max_new_tokens=24))[0]
+    ids = tiny_backend.tokenizer(prompt, add_special_tokens=False).input_ids
+    first = tiny_backend.generate([prompt], SamplingParams(max_new_tokens=10), cache_keys=["k"])[0]
+    rest = tiny_backend.generate([ids + first.token_ids], SamplingParams(max_new_tokens=14), cache_keys=["k"])[0]
+    assert first.token_ids + rest.token_ids == whole.token_ids
+    assert rest.cached_tokens == len(ids) + len(first.token_ids) - 1      # only the last generated token was fed
+    tiny_backend.release(["k"])
+    with pytest.raises(ValueError, match="needs cache_keys"):
+        tiny_backend.generate([ids], SamplingParams(max_new_tokens=2))
