@@ -251,3 +251,26 @@ def test_openai_agents_streamed_runner_completes_a_tool_episode():
     assert "raw_response_event" in kinds
     assert all(r["stream"] is True for r in ep.fake.requests) and len(ep.fake.requests) == 2
     assert [s["gate"] for s in gates.seen] == ["toolgate", "g_step"]
+
+
+def test_upstream_local_streams_the_generated_turn_as_the_non_streamed_one(tiny_backend):
+    """The in-process policy generates a turn whole; streamed, the client gets the same text and decisions."""
+    from fastapi.testclient import TestClient
+
+    from runtime.messages import call_format_of
+    from runtime.serve.local import LocalUpstream
+
+    cfg = recipes.compose("serve", ["upstream=local"])
+    upstream = LocalUpstream(tiny_backend, call_format=call_format_of(tiny_backend.fingerprint), max_tokens=12)
+    gates = ForcedGates(default_tool=None)
+    body = {"model": tiny_backend.model_id, "messages": QUESTION}
+    with TestClient(create_app(cfg, gates, upstream)) as client:
+        plain = client.post("/v1/chat/completions", json=body).json()
+        with client.stream("POST", "/v1/chat/completions", json={**body, "stream": True}) as r:
+            events = [json.loads(line[5:]) for line in r.iter_lines() if line.startswith("data:") and
+                      "[DONE]" not in line]
+    text = "".join(e["choices"][0]["delta"].get("content") or "" for e in events if e["choices"])
+    assert text == plain["choices"][0]["message"]["content"] and text
+    strip = lambda ds: [{k: d[k] for k in ("gate", "action", "applied")} for d in ds]  # noqa: E731
+    assert strip(events[-1]["toolwise"]["decisions"]) == strip(plain["toolwise"]["decisions"])
+    assert events[-1]["choices"][0]["finish_reason"] == plain["choices"][0]["finish_reason"]
