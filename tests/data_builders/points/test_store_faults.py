@@ -53,7 +53,7 @@ class Build:
         monkeypatch.setattr(loading, "backend_from_config", lambda *a, **k: FakeBackend())
         monkeypatch.setitem(data_builders.build.LABELERS, "probe", self.label)
 
-    def label(self, backend, chunk, splits, cfg):
+    def label(self, backend, chunk, splits, cfg, progress=None):   # a labeler's signature
         shard = self.shard_of[str(chunk[0].id)]
         self.computed.append(shard)
         pairs = [(t, s) for t, s in zip(chunk, splits) if shard != EMPTY]
@@ -373,7 +373,7 @@ def test_a_fit_repairs_its_own_damaged_dataset(tmp_path, monkeypatch):
 
     computed = []
 
-    def label(backend, chunk, splits, cfg):
+    def label(backend, chunk, splits, cfg, progress=None):
         computed.append(str(chunk[0].id))
         rows = [{"point_id": f"{t.id}#0", "task_id": str(t.id), "split": s, "env": t.env.name, "category": t.category,
                  "difficulty": t.difficulty, "label": int(t.category == "B")} for t, s in zip(chunk, splits)]
