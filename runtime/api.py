@@ -131,7 +131,8 @@ class Gates:
     def answer(self, messages: list[dict], tools: list[dict], answer: str, logprobs: list[float] | None,
                *, usage: dict | None = None, finish_reason: str | None = None, task: Task | dict | None = None,
                mode: str | None = None) -> GateDecision | None:
-        """Commit the final ``answer`` (its text, with ``\\boxed{...}``) or continue with one verification round?
+        """Commit the final ``answer`` (its text: with ``\\boxed{...}`` as toolwise's loop answers, or plain, as the
+        client receives it) or continue with one verification round?
         ``logprobs``, ``usage``, ``finish_reason``: of the completion that wrote it (G-STEP reads token counts
         and log-probs; earlier assistant messages may carry theirs, see the messages module). None when no
         G-STEP gate is loaded."""

@@ -399,14 +399,19 @@ def answer_episode(messages: Any, tools: Any, answer: str, logprobs: list[float]
         raise ValueError(f"answer: expected the answer message's text, got {type(answer).__name__}")
     if not isinstance(messages, list):
         raise ValueError("messages: expected a list of chat messages")
+    if parse_tool_call(answer) is not None:     # the loop's order: a turn that holds a call is a call turn
+        raise ValueError("answer: this text is a tool call, not a final answer (ask the ToolGate about it)")
     answering = {"role": "assistant", "content": answer, "logprobs": logprobs, "usage": usage,
                  "finish_reason": finish_reason}
     whole = episode_from_openai(messages + [answering], tools, task=task, mode=mode, call_format=call_format,
                                 counter=counter, need_tokens=True, last_name="answer")
     view = whole.view
-    if view.turns[-1].kind != "answer":
-        raise ValueError("answer: the loop asks G-STEP only about a final answer (text with \\boxed{...} and "
-                         "no tool call)")
+    if not view.turns[-1].text.strip():
+        raise ValueError("answer: empty; G-STEP judges the text of a final answer")
+    # The loop asks G-STEP about a boxed answer (its answer protocol); a client that does not speak it answers in
+    # plain text, and that text is the answer it receives: the same turn for G-STEP, whose featurizer reads the
+    # whole text as the answer when there is no box (data_builders/features/gstep.py).
+    view.turns[-1].kind = "answer"
     view.messages, view.round = view.messages[:-1], len(view.turns) - 1
     return view, view.turns[-1].text
 

@@ -9,6 +9,14 @@ and calls so far. The gold answer is never read (``task.answer`` / ``task.expect
 field written after the decision is used. ``wall_s`` and ``cached_tokens`` are left out on purpose: the
 first is timing noise, the second depends on the KV-reuse setting, not on the episode.
 
+Plain answers. The loop calls ``on_answer`` only for a turn with ``\\boxed{...}`` (When2Tool's answer protocol);
+a client of the gated endpoint that does not speak that protocol answers in plain text, and G-STEP decides on
+that text too (the runtime's converter hands it over as an answer turn). Its answer is then the whole text,
+stripped (:func:`answer_of`): the ``agree_*`` and ``form_*`` features read it as they read a box's content,
+``form_box_missing`` is 1 and the ``lp_box_*`` statistics are 0 (no box to locate). Boxed answers, and so every
+decision point the loop builds, featurize exactly as before: the vector changes only where there was no box,
+a case no training point holds, so the featurizer version stays.
+
 The tool-use-tax paper (arXiv 2605.00136) says only that its gate reads "a 120-dimensional feature vector" built by one shared feature
 engineering protocol (trajectory, answer and generation confidence); it does not list the features, so the
 list below is ours. It has :data:`N_FEATURES` (102) entries in four groups; ``GSTEP_FEATURE_DESCRIPTIONS``
@@ -18,7 +26,8 @@ documents each one (the table lives in ``_SPEC`` below, one line per feature, in
    repeated identical calls, format-error turns, rejected answers, earlier answers, verification round,
    answer right after a tool result, token totals and current context (``log1p``), prompt mode and
    reasoning mode, and the task metadata (difficulty / category one-hots, ``multi_step``, expected steps).
-2. ``agree_*`` agreement of the boxed answer with the tool results and the instruction, with scoring's own
+2. ``agree_*`` agreement of the answer (the boxed one; a plain answer's whole text, see below) with the tool
+   results and the instruction, with scoring's own
    comparison (:func:`data_builders.tasks.scoring.compare_values` on :func:`~data_builders.tasks.scoring.extract_boxed`).
 3. ``form_*`` the answer's form and the answering turn's text.
 4. ``lp_*`` generation log-prob statistics of the answering turn (``lp_ans_*``), of every turn so far
@@ -146,7 +155,7 @@ _SPEC: tuple[tuple[str, str], ...] = (
     ("agree_num_in_instruction", "1 if the numeric answer equals a number written in the instruction"),
     ("agree_eq_prev_answer", "1 if an earlier answer turn's boxed answer equals this one"),
     # ---- 3. answer form
-    ("form_box_missing", "1 if the answer text has no box (extract_boxed then returns '')"),
+    ("form_box_missing", "1 if the answer text has no box (a plain answer: the answer is its whole text)"),
     ("form_box_empty", "1 if the first box is empty (scoring then reads the whole text)"),
     ("form_answer_chars", "log1p characters of the boxed answer (scoring's extract_boxed)"),
     ("form_is_numeric", "1 if the answer is a plain number (scoring's int/decimal grammar)"),
@@ -200,6 +209,14 @@ def _flag(b: Any) -> float:
 def _box_span(text: str) -> tuple[int, int] | None:
     """(begin, end) of the first box's content, brace-matched exactly as scoring does."""
     return boxed_span(text)
+
+
+def answer_of(text: str) -> str:
+    """The answer a turn gives: its boxed content (scoring's ``extract_boxed``, what the gold is compared with), or,
+    for a plain answer without a box (a client that does not use When2Tool's answer protocol), its whole text,
+    stripped: the answer that client receives. The agent loop asks G-STEP about boxed answers only, so no decision
+    point it builds is featurized differently by this rule."""
+    return extract_boxed(text) if _box_span(text) is not None else text.strip()
 
 
 def _all_box_contents(text: str, limit: int = 16) -> list[str]:
@@ -395,7 +412,7 @@ class _Episode:
 
     task: Task
     text: str                     # the answering turn's text
-    answer: str                   # its boxed answer, exactly what scoring compares with the gold
+    answer: str                   # its answer (answer_of): the boxed one scoring compares, or a plain text
     turns: list[Turn]
     calls: list[Call]
     messages: list
@@ -432,7 +449,7 @@ def _episode(view: EpisodeView, answer_text: str) -> _Episode:
         mode = ""
     text = answer_text if isinstance(answer_text, str) else ""
     instruction = view.task.instruction if isinstance(view.task.instruction, str) else ""
-    return _Episode(task=view.task, text=text, answer=extract_boxed(text), turns=turns, calls=calls,
+    return _Episode(task=view.task, text=text, answer=answer_of(text), turns=turns, calls=calls,
                     messages=list(view.messages or []),
                     round=int(view.round) if isinstance(view.round, int) else len(turns) - 1, mode=mode,
                     executed=executed, errors=errors,
@@ -532,7 +549,7 @@ def _agreement_features(ep: _Episode) -> dict[str, float]:
     last_numeric = next((n for n in map(_to_number, reversed(with_value)) if n is not None), None)
     has_numeric = answer_num is not None and last_numeric is not None
     rel, logabs, exact = _numeric_distance(answer_num, last_numeric) if has_numeric else (0.0, 0.0, False)
-    prev_answers = [extract_boxed(t.text or "") for t in ep.turns[:-1] if t.kind == "answer"]
+    prev_answers = [answer_of(t.text or "") for t in ep.turns[:-1] if t.kind == "answer"]
     return {
         "agree_has_result": _flag(with_value),
         "agree_eq_last_result": _flag(last_primary is not _NO_VALUE and _equal(answer, last_primary)),

@@ -5,9 +5,9 @@ say so, and record every decision.
   re-asked with the turn and toolwise's skipped-call tool message for each call (what the agent loop feeds back on
   a skip), up to ``max_reasks`` times; calls the gate lets execute go back to the client, which runs its own tools
   (the server never executes one). Skipped calls in a turn that also has executed ones are dropped from it.
-* a final answer goes through G-STEP (with the answer's token log-probs); *continue* appends toolwise's
-  verification prompt and re-asks, up to ``max_continues`` verification rounds per conversation (a verification
-  prompt already in the client's messages counts).
+* a final answer, boxed or plain (the text the client receives), goes through G-STEP (with its token
+  log-probs); *continue* appends toolwise's verification prompt and re-asks, up to ``max_continues`` verification
+  rounds per conversation (a verification prompt already in the client's messages counts).
 * with ``upstream=local`` (the policy in this process) a conversation's first turn that offers tools goes through
   Probe&Prefill (a request without tools has no tool decision to make: no probe): the probe reads the policy's
   hidden states of the rendered prompt and picks the response prefill (``gates.prefill_style``) the generation
@@ -230,9 +230,10 @@ class Gater:
                 if skipped:
                     turn["tool_calls"] = [c for c in turn["tool_calls"] if c["id"] not in skipped]
                 break
-            if turn.get("content") is None or malformed:
-                break
-            # the completion's token counts and finish reason: G-STEP reads them with the log-probs
+            if not (turn.get("content") or "").strip() or malformed:
+                break       # no answer text to judge
+            # G-STEP judges the answer the client receives, boxed or plain; with it the completion's token counts
+            # and finish reason, which it reads with the log-probs
             rec = await self.answer(context, tools, body)
             if rec is None:
                 break

@@ -118,6 +118,17 @@ def test_answer_view_holds_the_answer_turn_but_not_its_message():
     assert (t.kind, t.prefill_tokens, t.new_tokens, t.decode_tokens) == ("answer", 140, 20, 2)
 
 
+def test_a_plain_answer_is_an_answer_turn_like_a_boxed_one():
+    """A client that does not use the boxed protocol answers in plain text: G-STEP is asked about that text, in the
+    same state as about a boxed answer (the turn is the answer, not a format error)."""
+    args = dict(usage={"prompt_tokens": 140, "completion_tokens": 2}, finish_reason="stop")
+    plain, text = answer_episode(episode(), TOOLS, "It is 42.", [-0.5, -0.25], **args)
+    boxed, _ = answer_episode(episode(), TOOLS, "\\boxed{42}", [-0.5, -0.25], **args)
+    assert text == "It is 42." and plain.turns[-1].kind == "answer"
+    assert plain.messages == boxed.messages and plain.round == boxed.round and plain.calls == boxed.calls
+    assert [t.kind for t in plain.turns] == [t.kind for t in boxed.turns] == ["call", "answer"]
+
+
 def test_to_openai_round_trips_a_loop_episode():
     from data_builders.agent.trajectory import Turn
     loop_msgs = [{"role": "system", "content": P.system_prompt("xml")},
@@ -196,8 +207,12 @@ def test_bad_tools_call_answer_and_task_are_refused():
         toolgate_episode(episode(), TOOLS, "evaluate_expression(1)")
     with pytest.raises(ValueError, match="answer.usage.prompt_tokens: G-STEP reads each turn's token counts"):
         answer_episode([{"role": "user", "content": "q"}], TOOLS, "\\boxed{1}", None)
-    with pytest.raises(ValueError, match="answer: the loop asks G-STEP only about a final answer"):
-        answer_episode([{"role": "user", "content": "q"}], TOOLS, "no box here", [-0.1],
+    with pytest.raises(ValueError, match="answer: this text is a tool call"):
+        answer_episode([{"role": "user", "content": "q"}], TOOLS,
+                       '<tool_call>\n{"name": "evaluate_expression", "arguments": {}}\n</tool_call>', [-0.1],
+                       usage={"prompt_tokens": 3, "completion_tokens": 1})
+    with pytest.raises(ValueError, match="answer: empty"):
+        answer_episode([{"role": "user", "content": "q"}], TOOLS, "  ", [-0.1],
                        usage={"prompt_tokens": 3, "completion_tokens": 1})
     with pytest.raises(ValueError, match=r"task: unknown field\(s\) \['gold'\]"):
         episode_from_openai(episode(), TOOLS, task={"gold": "42"})

@@ -230,6 +230,25 @@ def test_the_committed_gates_decide_through_the_endpoint():
     assert fake.requests[-1]["logprobs"] is True              # gates.g_step set: log-probs asked for
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("text", ["Bonjour !", "The answer is 42.", "\\boxed{42}"])
+def test_the_committed_g_step_decides_on_plain_answers_too(text):
+    """A client that does not use the boxed protocol gets a real G-STEP decision on the answer it receives, not a
+    gate error (which on_error=closed turned into a verification round for every plain answer)."""
+    from runtime.serve.__main__ import load_gates
+
+    ref = recipes.compose("rollout").checkpoints
+    overrides = (f"gates.g_step={ref.g_step}", "gates.on_error=closed", "gates.max_continues=0")
+    fake = ScriptedUpstream(reply=lambda body: {"role": "assistant", "content": text})
+    client, fake, _ = served(load_gates(config(*overrides).gates), *overrides, fake=fake)
+    with client:
+        body = ask(client, tools=None, messages=[{"role": "user", "content": "Say hello in French."}]).json()
+        assert 'toolwise_gate_errors_total{gate="g_step"}' not in client.get("/metrics").text
+    [d] = body["toolwise"]["decisions"]
+    assert d["gate"] == "g_step" and d["action"] in ("commit", "continue") and 0 <= d["probability"] <= 1
+    assert body["choices"][0]["message"]["content"] == text and body["toolwise"]["upstream_calls"] == 1
+
+
 # ---------------------------------------------------------------------------------------------- openai client
 def test_openai_client_drives_a_multi_turn_tool_episode():
     openai = pytest.importorskip("openai")
