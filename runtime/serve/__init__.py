@@ -5,6 +5,8 @@ in front of any OpenAI-compatible server (vLLM, SGLang, a hosted API).
 * :mod:`.gating` — one gated completion: ToolGate on proposed calls, G-STEP on answers, re-asks;
 * :mod:`.upstream` — the upstream over httpx, its failures as 502/504;
 * :mod:`.protocol` — the request/response models (pydantic) and the OpenAI-style error body;
+* :mod:`.local` — ``upstream=local``: the policy in this process (Probe&Prefill), generating in slices;
+* :mod:`.server` — how uvicorn runs the app: its timeouts, and the request-head deadline it lacks;
 * :mod:`.auth`, :mod:`.metrics` — bearer keys, Prometheus metrics;
 * :mod:`.testing` — a scripted upstream and forced gates (tests, the load benchmark, trying it without a model).
 """
