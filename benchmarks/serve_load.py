@@ -3,27 +3,38 @@
     python benchmarks/serve_load.py [--requests 500] [--concurrency 16] [--upstream-delay-ms 20] \
         [--gates forced|reference]
 
-Three processes on 127.0.0.1: a scripted OpenAI-compatible upstream (``serve/testing.py``; it answers after
-``--upstream-delay-ms``, standing in for generation), the endpoint in front of it, and this client, which sends
-``--requests`` chat completions, ``--concurrency`` at a time, with the official ``openai``-style body over httpx.
+Processes on 127.0.0.1: a scripted OpenAI-compatible upstream (``serve/testing.py``; it answers after
+``--upstream-delay-ms``, standing in for generation), the server under test in front of it, and this client, which
+sends ``--requests`` chat completions, ``--concurrency`` at a time, with the official ``openai``-style body over
+httpx. Three servers are measured in turn, in the same run: the endpoint with ``--gates``, the endpoint with no
+gates, and a LiteLLM proxy (no gates; only when ``litellm[proxy]`` is installed, ``pip install -e ".[litellm]"``).
 Half the requests offer tools and get a proposed call (a ToolGate decision), half carry a tool result and get an
-answer (a G-STEP decision); the gates never skip or continue, so each request is one upstream call.
+answer (a G-STEP decision). A skip or a continue costs the request another upstream call: the forced gates never
+decide either, the reference ones decide as they were trained (``upstream_calls`` counts them).
 
 ``--gates forced``: the test double's gates (decide at once: the figures are the endpoint's own overhead);
 ``--gates reference``: the committed ToolGate and G-STEP (recipes/checkpoints/reference.yaml) through the runtime
 API (``runtime.api``), MiniLM and all — their decision latency is then in the added latency.
 
 Added latency per request = the client's wall time − the upstream time the endpoint measured for it
-(``toolwise.upstream_ms``): parsing, keys, gates, JSON and the extra loopback hop. ``lost`` counts requests that
-got no HTTP response at all. Ends with one line:
-``requests=… errors=… lost=… p50_added_ms=… p99_added_ms=… toolgate_ms=…``.
+(``toolwise.upstream_ms``; LiteLLM reports no such time, so its line has wall times only): parsing, keys, gates,
+JSON and the extra loopback hop. ``lost`` counts requests that got no HTTP response at all. Ends with
+one line per server: ``server=… requests=… errors=… lost=… rps=… p50_ms=… p99_ms=… upstream_calls=…``, the gated
+one also ``p50_added_ms=… p99_added_ms=… toolgate_ms=…``.
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
+import json
 import multiprocessing as mp
+import os
+import secrets
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 
 import httpx
@@ -49,12 +60,14 @@ def run_upstream(port: int, delay_s: float) -> None:
 def run_endpoint(port: int, upstream_port: int, gates: str) -> None:
     cfg = recipes.compose("serve", [f"upstream.base_url=http://127.0.0.1:{upstream_port}/v1", f"port={port}",
                                     "upstream.models=[scripted]", "gates.logprobs=true"])
-    if gates == "reference":
+    if gates == "none":
+        loaded = None
+    elif gates == "reference":
         ref = recipes.compose("rollout").checkpoints
         # why here: the runtime API loads torch, the controllers and MiniLM; the forced run needs none of it
         from runtime.api import Gates
 
-        loaded = Gates.load(toolgate=ref.toolgate, g_step=ref.g_step)
+        loaded = Gates.load(toolgate=ref.toolgate, g_step=ref.g_step).warmup()
     else:
         loaded = ForcedGates()
     app = create_app(cfg, loaded, Upstream.from_config(cfg.upstream))
@@ -75,12 +88,30 @@ async def wait_up(url: str, timeout_s: float = 120) -> None:
             await asyncio.sleep(0.1)
 
 
-async def load(base: str, n: int, concurrency: int) -> tuple[list[dict], int, int]:
+def start_litellm(port: int, upstream_port: int, root: str) -> tuple[subprocess.Popen, str] | None:
+    """A LiteLLM proxy (no guardrail) in front of the same upstream, or None when litellm[proxy] is not installed.
+    Returns (the process, its master key)."""
+    if importlib.util.find_spec("litellm") is None:
+        return None
+    config = {"model_list": [{"model_name": "scripted", "litellm_params": {
+        "model": "openai/scripted", "api_base": f"http://127.0.0.1:{upstream_port}/v1", "api_key": "unused"}}]}
+    path = os.path.join(root, "litellm.yaml")
+    with open(path, "w") as f:
+        json.dump(config, f)        # JSON is YAML
+    key = f"sk-{secrets.token_hex(24)}"
+    env = {**os.environ, "LITELLM_MASTER_KEY": key, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    proc = subprocess.Popen([sys.executable, "-m", "litellm.proxy.proxy_cli", "--config", path, "--host",
+                             "127.0.0.1", "--port", str(port)], cwd=root, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    return proc, key
+
+
+async def load(base: str, n: int, concurrency: int, headers: dict | None = None) -> tuple[list[dict], int, int]:
     sem = asyncio.Semaphore(concurrency)
     results: list[dict] = []
     errors = lost = 0
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    async with httpx.AsyncClient(base_url=base, timeout=60, limits=limits) as client:
+    async with httpx.AsyncClient(base_url=base, timeout=60, limits=limits, headers=headers) as client:
         async def one(i: int) -> None:
             nonlocal errors, lost
             body = {"model": "scripted", "messages": ASK if i % 2 == 0 else ANSWER, "tools": TOOLS}
@@ -95,11 +126,35 @@ async def load(base: str, n: int, concurrency: int) -> tuple[list[dict], int, in
             if r.status_code != 200:
                 errors += 1
                 return
-            tw = r.json()["toolwise"]
-            results.append({"wall_ms": wall_ms, "upstream_ms": tw["upstream_ms"], "decisions": tw["decisions"]})
+            tw = r.json().get("toolwise") or {"upstream_ms": None, "decisions": [], "upstream_calls": 1}
+            results.append({"wall_ms": wall_ms, "upstream_ms": tw["upstream_ms"], "decisions": tw["decisions"],
+                            "upstream_calls": tw["upstream_calls"]})
 
         await asyncio.gather(*(one(i) for i in range(n)))
     return results, errors, lost
+
+
+def measure(base: str, args, headers: dict | None = None) -> tuple[list[dict], int, int, float]:
+    asyncio.run(load(base, 16, args.concurrency, headers))             # warm-up: connections, first gate calls
+    start = time.perf_counter()
+    results, errors, lost = asyncio.run(load(base, args.requests, args.concurrency, headers))
+    return results, errors, lost, time.perf_counter() - start
+
+
+def report(server: str, args, results: list[dict], errors: int, lost: int, elapsed: float,
+           upstream_ms: float | None = None) -> str:
+    walls = np.array([r["wall_ms"] for r in results]) if results else np.array([np.nan])
+    line = (f"server={server} requests={args.requests} errors={errors} lost={lost} "
+            f"rps={len(results) / elapsed:.1f} p50_ms={np.percentile(walls, 50):.2f} "
+            f"p99_ms={np.percentile(walls, 99):.2f} upstream_calls={sum(r['upstream_calls'] for r in results)}")
+    if upstream_ms is None:
+        return line
+    added = np.array([r["wall_ms"] - r["upstream_ms"] for r in results]) if results else np.array([np.nan])
+    gate_ms = {g: [d["latency_ms"] for r in results for d in r["decisions"] if d["gate"] == g]
+               for g in ("toolgate", "g_step")}
+    med = {g: statistics.median(v) if v else float("nan") for g, v in gate_ms.items()}
+    return (line + f" p50_added_ms={np.percentile(added, 50):.2f} p99_added_ms={np.percentile(added, 99):.2f} "
+            f"toolgate_ms={med['toolgate']:.3f} g_step_ms={med['g_step']:.3f} upstream_ms={upstream_ms:.2f}")
 
 
 def main() -> None:
@@ -110,37 +165,48 @@ def main() -> None:
     ap.add_argument("--gates", choices=["forced", "reference"], default="forced")
     args = ap.parse_args()
 
-    up_port, ep_port = free_port(), free_port()
+    up_port = free_port()
     ctx = mp.get_context("spawn")
-    procs = [ctx.Process(target=run_upstream, args=(up_port, args.upstream_delay_ms / 1000), daemon=True),
-             ctx.Process(target=run_endpoint, args=(ep_port, up_port, args.gates), daemon=True)]
-    for p in procs:
-        p.start()
+    upstream = ctx.Process(target=run_upstream, args=(up_port, args.upstream_delay_ms / 1000), daemon=True)
+    upstream.start()
+    lines = []
     try:
-        base = f"http://127.0.0.1:{ep_port}"
         asyncio.run(wait_up(f"http://127.0.0.1:{up_port}/v1/models"))
-        asyncio.run(wait_up(f"{base}/health"))
-        asyncio.run(load(base, 16, args.concurrency))             # warm-up: connections, first gate calls
-        start = time.perf_counter()
-        results, errors, lost = asyncio.run(load(base, args.requests, args.concurrency))
-        elapsed = time.perf_counter() - start
+        for gates in (args.gates, "none"):      # one server at a time: each gets the machine to itself
+            port = free_port()
+            endpoint = ctx.Process(target=run_endpoint, args=(port, up_port, gates), daemon=True)
+            endpoint.start()
+            try:
+                base = f"http://127.0.0.1:{port}"
+                asyncio.run(wait_up(f"{base}/health"))
+                results, errors, lost, elapsed = measure(base, args)
+            finally:
+                endpoint.terminate()
+                endpoint.join(timeout=10)
+            upstream_ms = statistics.median([r["upstream_ms"] for r in results]) if results else float("nan")
+            lines.append(report(f"toolwise gates={gates}", args, results, errors, lost, elapsed, upstream_ms))
+            print(lines[-1], flush=True)
+        with tempfile.TemporaryDirectory() as root:
+            port = free_port()
+            started = start_litellm(port, up_port, root)
+            if started is None:
+                lines.append("server=litellm skipped: litellm[proxy] is not installed (pip install -e '.[litellm]')")
+            else:
+                proc, key = started
+                try:
+                    base = f"http://127.0.0.1:{port}"
+                    asyncio.run(wait_up(f"{base}/health/liveliness"))
+                    results, errors, lost, elapsed = measure(base, args, {"Authorization": f"Bearer {key}"})
+                finally:
+                    proc.terminate()
+                    proc.wait(timeout=20)
+                lines.append(report("litellm", args, results, errors, lost, elapsed))
+            print(lines[-1], flush=True)
     finally:
-        for p in procs:
-            p.terminate()
-            p.join(timeout=10)
-
-    added = np.array([r["wall_ms"] - r["upstream_ms"] for r in results]) if results else np.array([np.nan])
-    upstream = [r["upstream_ms"] for r in results] or [float("nan")]
-    gate_ms = {g: [d["latency_ms"] for r in results for d in r["decisions"] if d["gate"] == g]
-               for g in ("toolgate", "g_step")}
-    med = {g: statistics.median(v) if v else float("nan") for g, v in gate_ms.items()}
-    print(f"gates={args.gates} requests={args.requests} concurrency={args.concurrency} "
-          f"elapsed_s={elapsed:.2f} throughput_rps={len(results) / elapsed:.1f}")
-    print(f"{'median ms':>24} | upstream {statistics.median(upstream):8.2f} | toolgate {med['toolgate']:8.3f} | "
-          f"g_step {med['g_step']:8.3f} | added p50 {np.percentile(added, 50):8.2f} p99 "
-          f"{np.percentile(added, 99):8.2f}")
-    print(f"requests={args.requests} errors={errors} lost={lost} p50_added_ms={np.percentile(added, 50):.2f} "
-          f"p99_added_ms={np.percentile(added, 99):.2f} toolgate_ms={med['toolgate']:.3f}")
+        upstream.terminate()
+        upstream.join(timeout=10)
+    print(f"gates={args.gates} concurrency={args.concurrency} upstream_delay_ms={args.upstream_delay_ms}")
+    print("\n".join(lines))
 
 
 if __name__ == "__main__":
