@@ -11,8 +11,9 @@ say so, and record every decision.
 * with ``upstream=local`` (the policy in this process) a conversation's first turn that offers tools goes through
   Probe&Prefill (a request without tools has no tool decision to make: no probe): the probe reads the policy's
   hidden states of the rendered prompt and picks the response prefill (``gates.prefill_style``) the generation
-  resumes from; a soft prefill steers the generation and is never part of the returned message. Those states exist only inside the upstream's generation,
-  so the upstream calls this layer's probe step (:meth:`Gater.first_turn`) between rendering and generating.
+  resumes from; a soft prefill steers the generation and is never part of the returned message. Those states
+  exist only inside the upstream's generation, so the upstream calls this layer's probe step
+  (:meth:`Gater.first_turn`) between rendering and generating.
 * a gate that raises: ``on_error=open`` (default) applies execute / commit (the probe: no prefill), ``closed``
   skip / continue (the probe: the skip prefill), one rule for the three (:data:`ON_ERROR`); either way the
   decision is recorded with ``action: "error"``.

@@ -126,12 +126,13 @@ def test_a_request_without_tools_makes_no_probe_decision(tiny_backend, probes):
     """With no tools offered there is no tool decision to make: no probe read, no prefill, nothing recorded."""
     gates = Gates.load(probe_prefill=probes["use"])
     with local_client(tiny_backend, gates, style="soft") as client:
-        r = client.post("/v1/chat/completions", json={"model": tiny_backend.model_id, "max_tokens": MAX_TOKENS,
-                                                       "messages": [{"role": "user", "content": "Say hello in French."}]})
+        r = client.post("/v1/chat/completions", json={
+            "model": tiny_backend.model_id, "max_tokens": MAX_TOKENS,
+            "messages": [{"role": "user", "content": "Say hello in French."}]})
         assert r.status_code == 200, r.text
         assert r.json()["toolwise"]["decisions"] == []
         content = r.json()["choices"][0]["message"]["content"] or ""
-        assert not content.startswith(prefill_text("use", "soft")) and not content.startswith(prefill_text("skip", "soft"))
+        assert not any(content.startswith(prefill_text(a, "soft")) for a in ("use", "skip"))
         assert 'toolwise_gate_decisions_total{action="use",gate="probe_prefill"}' not in client.get("/metrics").text
 
 
@@ -409,8 +410,8 @@ def test_sigterm_stops_the_server_promptly_during_a_long_generation(tiny_model_d
     up past 30 s."""
     port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "runtime.serve", "upstream=local", "model=hf",
-                               f"model.name={tiny_model_dir}", f"port={port}", f"hydra.run.dir={tmp_path}"], cwd=REPO, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True)
+                               f"model.name={tiny_model_dir}", f"port={port}", f"hydra.run.dir={tmp_path}"],
+                              cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 120
