@@ -23,6 +23,11 @@ from typing import Any, Hashable, Iterator, Sequence
 import torch
 from transformers import DynamicCache, LogitsProcessorList
 
+try:    # transformers >= 4.56: caches made of layer objects (the reserved cache below builds on them)
+    from transformers.cache_utils import Cache, DynamicLayer
+except ImportError:     # older 4.x: the library's DynamicCache only
+    Cache = DynamicLayer = None
+
 from .base import Backend, Generation, PrefillState, SamplingParams
 from .chat import ChatText
 from .grammar import CallConstraint, GrammarCache, import_xgrammar
@@ -79,6 +84,76 @@ def last_token_states(model, layers: Sequence[int]) -> Iterator[dict[int, torch.
     finally:
         for h in handles:
             h.remove()
+
+
+class _ReservedLayer(DynamicLayer or object):
+    """A cache layer that writes each step's keys and values into a buffer with room for the tokens still to
+    come, and hands attention views of it: the library's ``DynamicLayer`` concatenates the whole cache into a new
+    tensor at every decoded token, which made that copy (and the page faults of its allocation) 17% of the main
+    job's time on an AVX2 CPU (docs/results.md#where-the-main-jobs-time-goes). The views hold exactly the values
+    the concatenation would, in the same layout, so attention computes the same numbers. Anything that replaces
+    ``keys``/``values`` itself (beam reordering, batch selection) is picked up at the next update by copying them
+    into a fresh buffer."""
+
+    def __init__(self, total: int):
+        super().__init__()
+        self.total = total          # tokens the buffer is sized for at its first allocation
+        self._view = None           # the tensor ``keys`` was last set to by this class
+
+    def _allocate(self, length: int, like: torch.Tensor) -> None:
+        """A buffer of at least ``length`` tokens (``total``, or 1.5x when it must grow) holding the cache so far."""
+        n = self.get_seq_length()
+        have = self._buffers[0].shape[-2] if self._view is not None and self.keys is self._view else 0
+        capacity = max(length, self.total if not have else have + have // 2)
+        b, h, _, d = like.shape
+        fresh = [like.new_empty((b, h, capacity, d)) for _ in range(2)]
+        if n:
+            fresh[0][:, :, :n] = self.keys
+            fresh[1][:, :, :n] = self.values
+        self._buffers = fresh
+        self._set_views(n)
+
+    def _set_views(self, n: int) -> None:
+        self.keys, self.values = self._buffers[0][:, :, :n], self._buffers[1][:, :, :n]
+        self._view = self.keys
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        n = self.get_seq_length()
+        end = n + key_states.shape[-2]
+        if (self._view is None or self.keys is not self._view or end > self._buffers[0].shape[-2]
+                or self._buffers[0].shape[0] != key_states.shape[0]):
+            self._allocate(end, key_states)
+        self._buffers[0][:, :, n:end] = key_states
+        self._buffers[1][:, :, n:end] = value_states
+        self._set_views(end)
+        return self.keys, self.values
+
+    def reserve(self, total: int) -> None:
+        """Make room for ``total`` tokens now (one copy of the cache so far), not by growing during decoding."""
+        self.total = total
+        if self.is_initialized and self.get_seq_length() and (
+                self.keys is not self._view or self._buffers[0].shape[-2] < total):
+            self._allocate(total, self.keys)
+
+    def crop(self, tokens_to_remove: int) -> None:
+        if self._view is None or self.keys is not self._view:
+            return super().crop(tokens_to_remove)
+        if tokens_to_remove > 0:
+            raise ValueError(f"crop({tokens_to_remove}): give a negative number of tokens to remove")
+        self._set_views(max(self.get_seq_length() + tokens_to_remove, 0))
+
+
+class _ReservedCache(DynamicCache):
+    """A ``DynamicCache`` of :class:`_ReservedLayer`s, each sized for ``total`` tokens (prompt + new tokens)."""
+
+    def __init__(self, n_layers: int, total: int):
+        Cache.__init__(self, layers=[_ReservedLayer(total) for _ in range(n_layers)])
+
+    def reserve(self, total: int) -> None:
+        for layer in self.layers:
+            layer.reserve(total)
 
 
 class _LogprobRecorder:
@@ -142,6 +217,10 @@ class _CallGrammar:
 
 class HFBackend(ChatText, Backend):
     name = "hf"
+    #: ``reserved``: generation writes into a KV cache sized for prompt + new tokens (:class:`_ReservedCache`);
+    #: ``dynamic``: the library's DynamicCache, which copies the whole cache at every token (the previous code
+    #: path, kept for benchmarks/main_job.py's side-by-side; it gives the same tokens).
+    kv_cache = "reserved"
 
     def __init__(self, model, tokenizer, *, model_id: str, adapter: str | None = None, max_batch_size: int = 32,
                  max_batch_tokens: int = 16384):
@@ -179,6 +258,14 @@ class HFBackend(ChatText, Backend):
     @property
     def config(self):
         return self.model.config
+
+    def _new_cache(self, total: int) -> DynamicCache | None:
+        """An empty KV cache for a generation that will hold ``total`` tokens (None: let ``generate`` make one)."""
+        if self.kv_cache == "reserved" and DynamicLayer is not None:
+            return _ReservedCache(self.n_layers, total)
+        if self.kv_cache not in ("reserved", "dynamic"):
+            raise ValueError(f"HFBackend.kv_cache={self.kv_cache!r}: choose 'reserved' or 'dynamic'")
+        return None
 
     # ---------------------------------------------------------------- text
     def _encode(self, texts: Sequence[str]) -> dict[str, torch.Tensor]:
@@ -226,9 +313,11 @@ class HFBackend(ChatText, Backend):
         chunks = []
         for idx in self._chunks(prompts):
             enc = self._encode([prompts[i] for i in idx])
+            cache = self._new_cache(enc["input_ids"].shape[1]) if generates else None
             with last_token_states(self.model, layers) as got:
                 out = self.model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"],
-                                 position_ids=_position_ids(enc["attention_mask"]), **extra)
+                                 position_ids=_position_ids(enc["attention_mask"]), **extra,
+                                 **({self._cache_kw: cache} if cache is not None else {}))
             hidden[idx] = torch.stack([got[l] for l in layers], dim=1).float().cpu()
             if generates:
                 cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
@@ -273,12 +362,19 @@ class HFBackend(ChatText, Backend):
             # decoding generated tokens and tokenizing the text again need not give the same tokens back
             ids = [self.tokenizer(p, add_special_tokens=False).input_ids if isinstance(p, str) else list(p)
                    for p in prompts]
-            batches = [self._reuse_batch(idx, ids, cache_keys) for idx in self._chunks(prompts, [len(r) for r in ids])]
+            batches = [self._reuse_batch(idx, ids, cache_keys, params.max_new_tokens)
+                       for idx in self._chunks(prompts, [len(r) for r in ids])]
         elif prefill_state is None:
             batches = [(idx, self._encode([prompts[i] for i in idx]), None) for idx in self._chunks(prompts)]
         else:
             batches = [self._resume_batch(prefill_state, c, prompts) for c in prefill_state._resume["chunks"]]
         for idx, enc, cache in batches:
+            # Room for every token this generation can add, so the cache never grows while decoding.
+            total = enc["input_ids"].shape[1] + params.max_new_tokens
+            if cache is None:
+                cache = self._new_cache(total)
+            elif isinstance(cache, _ReservedCache):
+                cache.reserve(total)
             extra = {self._cache_kw: cache} if cache is not None else {}
             recorder = _LogprobRecorder() if return_logprobs else None
             processors = [recorder] if recorder is not None else []
@@ -321,7 +417,7 @@ class HFBackend(ChatText, Backend):
         for k in keys:
             self._kv.pop(k, None)
 
-    def _reuse_batch(self, idx: list[int], all_ids: list[list[int]], keys: Sequence[Hashable]):
+    def _reuse_batch(self, idx: list[int], all_ids: list[list[int]], keys: Sequence[Hashable], room: int = 0):
         ids = [all_ids[i] for i in idx]
         reuse = []
         for i, row in zip(idx, ids):
@@ -344,7 +440,7 @@ class HFBackend(ChatText, Backend):
                "reused": reuse}
         if past == 0:
             return idx, enc, None
-        cache = DynamicCache()
+        cache = self._new_cache(past + width + room) or DynamicCache()   # room for the ``room`` new tokens
         (heads, dim), dtype = self._kv_shape, self.model.dtype
         for layer in range(self.n_layers):
             ks, vs = [], []

@@ -189,3 +189,44 @@ def test_a_generation_continued_from_its_own_token_ids_equals_one_unbroken_gener
     tiny_backend.release(["k"])
     with pytest.raises(ValueError, match="needs cache_keys"):
         tiny_backend.generate([ids], SamplingParams(max_new_tokens=2))
+
+
+def test_decoding_writes_into_one_cache_buffer_instead_of_copying_the_cache_per_token(tiny_backend):
+    """The KV cache of a generation has room for its new tokens from the start: every decode step writes one
+    column into the same buffer (the library's dynamic cache concatenated the whole cache into a new tensor at
+    every token: the main job's hot spot on AVX2 CPUs, docs/results.md#where-the-main-jobs-time-goes)."""
+    storages = []
+
+    def seen(_module, _args, kwargs, _out):
+        storages.append(kwargs[tiny_backend._cache_kw].layers[0].keys.untyped_storage().data_ptr())
+    handle = tiny_backend.model.register_forward_hook(seen, with_kwargs=True)
+    try:
+        (g,) = tiny_backend.generate(prompts(tiny_backend, 1), SamplingParams(max_new_tokens=10))
+    finally:
+        handle.remove()
+    assert len(g.token_ids) == 10 and len(storages) == 10 and len(set(storages)) == 1
+
+
+@pytest.mark.parametrize("path", ["plain", "probe", "reuse"])
+def test_the_reserved_cache_gives_the_dynamic_caches_tokens_and_logprobs_exactly(tiny_backend, monkeypatch, path):
+    """Attention reads views of the reserved buffer holding the values the concatenation held, in the same layout:
+    the same numbers, bit for bit, on every path a cache comes from (generate's own, the probe's prefill, a kept
+    episode cache)."""
+    ps = prompts(tiny_backend, 6)
+    params = SamplingParams(max_new_tokens=9)
+    nxt = [p + "7<|im_end|>\n<|im_start|>user\nAgain." * (i % 3) + "<|im_start|>assistant\n" for i, p in enumerate(ps)]
+
+    def run(kv_cache):
+        monkeypatch.setattr(type(tiny_backend), "kv_cache", kv_cache)
+        if path == "plain":
+            return tiny_backend.generate(ps, params, return_logprobs=True)
+        if path == "probe":
+            return tiny_backend.generate([p + "<tool_call>" for p in ps], params, return_logprobs=True,
+                                         prefill_state=tiny_backend.prefill(ps))
+        tiny_backend.generate(ps, params, cache_keys=list(range(6)))
+        got = tiny_backend.generate(nxt, params, return_logprobs=True, cache_keys=list(range(6)))
+        tiny_backend.release(range(6))
+        assert all(g.cached_tokens > 0 for g in got)
+        return got
+    dynamic, reserved = run("dynamic"), run("reserved")
+    assert [(g.token_ids, g.logprobs) for g in reserved] == [(g.token_ids, g.logprobs) for g in dynamic]
