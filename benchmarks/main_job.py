@@ -43,7 +43,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 # HFBackend's code-path switches (class attributes) and what their previous path was
-PATHS = {"kv_cache": "dynamic: the library's DynamicCache (a copy of the whole cache at every token)"}
+PATHS = {"kv_cache": "dynamic: the library's DynamicCache (a copy of the whole cache at every token)",
+         "decode_segment": "0: one generate call per batch (rows that stopped keep decoding until the last does)"}
 FIGURES = re.compile(r"^g_step: test_auroc=.*$", re.M)
 
 

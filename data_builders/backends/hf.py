@@ -21,7 +21,8 @@ from contextlib import contextmanager
 from typing import Any, Hashable, Iterator, Sequence
 
 import torch
-from transformers import DynamicCache, LogitsProcessorList
+from transformers import DynamicCache, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
+from transformers.generation.stopping_criteria import StopStringCriteria
 
 try:    # transformers >= 4.56: caches made of layer objects (the reserved cache below builds on them)
     from transformers.cache_utils import Cache, DynamicLayer
@@ -137,6 +138,20 @@ class _ReservedLayer(DynamicLayer or object):
                 self.keys is not self._view or self._buffers[0].shape[-2] < total):
             self._allocate(total, self.keys)
 
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        """Keep the rows ``indices`` (rows that stopped decoding are dropped), in a buffer of the same room."""
+        if self._view is None or self.keys is not self._view:
+            return super().batch_select_indices(indices)
+        n = self.get_seq_length()
+        self._buffers = [self._compact(buf, indices, n) for buf in self._buffers]
+        self._set_views(n)
+
+    @staticmethod
+    def _compact(buf: torch.Tensor, indices: torch.Tensor, n: int) -> torch.Tensor:
+        out = buf.new_empty((len(indices), *buf.shape[1:]))
+        out[:, :, :n] = buf[indices, :, :n]
+        return out
+
     def crop(self, tokens_to_remove: int) -> None:
         if self._view is None or self.keys is not self._view:
             return super().crop(tokens_to_remove)
@@ -215,12 +230,32 @@ class _CallGrammar:
         return scores
 
 
+class _StopRecorder(StoppingCriteria):
+    """The library's stop-string criterion, recording which rows it has stopped: ``generate`` returns the
+    sequences but not which rows finished, and a row that completed a stop string on a segment's last step
+    looks like one still running."""
+
+    def __init__(self, inner: StoppingCriteria):
+        self.inner = inner
+        self.done: torch.Tensor | None = None
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs) -> torch.Tensor:
+        hit = self.inner(input_ids, scores, **kwargs)
+        self.done = hit if self.done is None else self.done | hit
+        return hit
+
+
 class HFBackend(ChatText, Backend):
     name = "hf"
     #: ``reserved``: generation writes into a KV cache sized for prompt + new tokens (:class:`_ReservedCache`);
     #: ``dynamic``: the library's DynamicCache, which copies the whole cache at every token (the previous code
     #: path, kept for benchmarks/main_job.py's side-by-side; it gives the same tokens).
     kv_cache = "reserved"
+    #: Greedy generation runs in segments of this many tokens; between segments the rows that stopped (stop
+    #: string, EOS) leave the batch with their KV cache, so a batch no longer decodes up to max_new_tokens for
+    #: every row while one row is still going (:meth:`_decode`). 0: one ``generate`` call for the whole budget (the
+    #: previous code path, kept for benchmarks/main_job.py's side-by-side).
+    decode_segment = 16
 
     def __init__(self, model, tokenizer, *, model_id: str, adapter: str | None = None, max_batch_size: int = 32,
                  max_batch_tokens: int = 16384):
@@ -249,6 +284,11 @@ class HFBackend(ChatText, Backend):
         eos = getattr(gen_cfg, "eos_token_id", None) or tokenizer.eos_token_id
         self._eos_ids = set(eos if isinstance(eos, list) else [eos])
         self._eos_ids.add(tokenizer.eos_token_id)
+        # The ids generate() itself stops a row at (the generation config's, only): a segment's rows that
+        # generated one have ended.
+        gen_eos = getattr(gen_cfg, "eos_token_id", None)
+        self._generate_eos = set(gen_eos if isinstance(gen_eos, list) else [] if gen_eos is None else [gen_eos])
+        self._stoppers: dict[tuple[str, ...], StoppingCriteria] = {}
 
     # ---------------------------------------------------------------- identity
     @property
@@ -334,9 +374,7 @@ class HFBackend(ChatText, Backend):
             kw.update(do_sample=True, temperature=params.temperature, top_p=params.top_p, top_k=params.top_k or None)
         else:
             kw.update(do_sample=False, temperature=None, top_p=None, top_k=None)
-        if params.stop:
-            kw.update(stop_strings=list(params.stop), tokenizer=self.tokenizer)
-        return kw
+        return kw   # stop strings: _StopRecorder around the library's criterion (_decode)
 
     @torch.inference_mode()
     def generate(self, prompts: Sequence[str], params: SamplingParams = SamplingParams(), *,
@@ -375,26 +413,87 @@ class HFBackend(ChatText, Backend):
                 cache = self._new_cache(total)
             elif isinstance(cache, _ReservedCache):
                 cache.reserve(total)
+            gens = self._decode(enc, cache, kw, params, return_logprobs, [grammars[i] for i in idx] if grammars else [],
+                                None if cache_keys is None else [cache_keys[i] for i in idx])
+            for row, i in enumerate(idx):
+                results[i] = gens[row]
+                results[i].cached_tokens = int(enc.get("reused", [0] * len(idx))[row])
+        return results  # type: ignore[return-value]
+
+    def _decode(self, enc: dict, cache, kw: dict, params: SamplingParams, return_logprobs: bool, grammars: list,
+                keys: list[Hashable] | None) -> list[Generation]:
+        """One batch's generations (rows as in ``enc``); each row's KV cache is kept under its key when ``keys``.
+
+        Greedy decoding runs in segments of ``decode_segment`` tokens: after each, the rows that stopped leave the
+        batch (their KV kept first) and the others continue from the cache. A row computes what it would in one
+        call: attention reads only that row, its padding columns stay where they were, and each segment resumes
+        with the row's last token as its one uncached input, as the next step of one call would. Only the
+        floating-point rounding can differ: a BLAS product's last bits depend on how many rows it multiplies
+        (log-probs move by ~1e-5; the main job's 64 episodes generate the same text:
+        docs/results.md#where-the-main-jobs-time-goes). Sampling stays one call (fewer rows would change which
+        random numbers each row draws), and so do grammar-constrained batches (each row's matcher follows the
+        batch's rows)."""
+        width = enc["input_ids"].shape[1]
+        n_prompt = [int(n) for n in enc["attention_mask"].sum(-1).tolist()]
+        constrained = any(g is not None for g in grammars)
+        segment = params.max_new_tokens
+        if self.decode_segment and not kw.get("do_sample") and not constrained:
+            segment = self.decode_segment
+        ids, mask = enc["input_ids"], enc["attention_mask"]
+        live = list(range(ids.shape[0]))          # batch row -> row of enc
+        tokens: list[list[int]] = [[] for _ in live]
+        logprobs: list[list[float]] = [[] for _ in live]
+        gens: list[Generation | None] = [None] * len(live)
+        left = params.max_new_tokens
+        while True:
             extra = {self._cache_kw: cache} if cache is not None else {}
             recorder = _LogprobRecorder() if return_logprobs else None
             processors = [recorder] if recorder is not None else []
-            rows = [grammars[i] for i in idx] if grammars else []
-            if any(g is not None for g in rows):
+            if constrained:
                 # After the recorder, so that it reads the raw scores before the grammar masks them.
-                processors.append(_CallGrammar(rows, self.model.config.vocab_size))
+                processors.append(_CallGrammar(grammars, self.model.config.vocab_size))
             if processors:
                 extra["logits_processor"] = LogitsProcessorList(processors)
-            out = self.model.generate(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"], **kw, **extra)
-            new = out.sequences[:, enc["input_ids"].shape[1]:]
-            lp = recorder.finish(out.sequences) if recorder is not None else None
-            n_prompt = enc["attention_mask"].sum(-1).tolist()
-            for row, i in enumerate(idx):
-                results[i] = self._finish(new[row].tolist(), None if lp is None else lp[row].tolist(),
-                                          int(n_prompt[row]), params.stop)
-                results[i].cached_tokens = int(enc.get("reused", [0] * len(idx))[row])
-            if cache_keys is not None:
-                self._store(idx, enc, out, [results[i] for i in idx], [cache_keys[i] for i in idx])
-        return results  # type: ignore[return-value]
+            stopper = _StopRecorder(self._stop_criterion(tuple(params.stop))) if params.stop else None
+            if stopper is not None:
+                extra["stopping_criteria"] = StoppingCriteriaList([stopper])
+            out = self.model.generate(input_ids=ids, attention_mask=mask,
+                                      **{**kw, "max_new_tokens": min(segment, left)}, **extra)
+            new = out.sequences[:, ids.shape[1]:]
+            lp = recorder.finish(out.sequences).tolist() if recorder is not None else None
+            left -= new.shape[1]
+            mask = torch.cat([mask, mask.new_ones(mask.shape[0], new.shape[1])], 1)
+            new_rows = new.tolist()
+            ended = []
+            for b, r in enumerate(live):
+                tokens[r] += new_rows[b]
+                if lp is not None:
+                    logprobs[r] += lp[b]
+                stopped = (stopper is not None and stopper.done is not None and bool(stopper.done[b])) or any(
+                    t in self._generate_eos for t in new_rows[b])
+                if stopped or left <= 0:
+                    ended.append(b)
+                    gens[r] = self._finish(tokens[r], logprobs[r] if lp is not None else None, n_prompt[r], params.stop)
+            cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
+            if keys is not None and ended:
+                self._store(cache, out.sequences, mask, width, ended, [n_prompt[live[b]] for b in ended],
+                            [gens[live[b]] for b in ended], [keys[live[b]] for b in ended])
+            if len(ended) == len(live):
+                return gens  # type: ignore[return-value]
+            keep = [b for b in range(len(live)) if b not in set(ended)]    # still decoding
+            if ended:
+                rows = torch.tensor(keep, device=ids.device)
+                cache.batch_select_indices(rows)
+                ids, mask = out.sequences[rows], mask[rows]
+                live = [live[b] for b in keep]
+            else:
+                ids = out.sequences
+
+    def _stop_criterion(self, stop: tuple[str, ...]) -> StoppingCriteria:
+        """The library's stop-string criterion for ``stop``, built once (it preprocesses the whole vocabulary)."""
+        if stop not in self._stoppers:
+            self._stoppers[stop] = StopStringCriteria(tokenizer=self.tokenizer, stop_strings=list(stop))
+        return self._stoppers[stop]
 
     def _compile(self, prompts: list[str], constraints) -> list | None:
         """Each prompt's compiled call grammar (None: unconstrained), or None when no prompt has one."""
@@ -456,24 +555,20 @@ class HFBackend(ChatText, Backend):
             cache.update(torch.cat(ks), torch.cat(vs), layer)
         return idx, enc, cache
 
-    def _store(self, idx, enc, out, gens: list[Generation], keys: list[Hashable]) -> None:
-        cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
+    def _store(self, cache, sequences: torch.Tensor, mask: torch.Tensor, width: int, rows: list[int],
+               n_prompt: list[int], gens: list[Generation], keys: list[Hashable]) -> None:
+        """Keep batch ``rows``' KV cache for their episodes' next turns. ``mask`` covers ``sequences`` (the prompt's
+        mask, then ones over the generated columns); ``width``: the prompt's columns."""
         if cache is None:
             return
         layers = [(l.keys, l.values) for l in cache.layers] if hasattr(cache, "layers") else list(
             zip(cache.key_cache, cache.value_cache))
         cache_len = layers[0][0].shape[2]
-        seq = out.sequences[:, :cache_len]
-        width = enc["input_ids"].shape[1]
-        mask = torch.cat([enc["attention_mask"], torch.ones(seq.shape[0], max(cache_len - width, 0),
-                                                            dtype=enc["attention_mask"].dtype, device=seq.device)],
-                         1)[:, :cache_len]
-        for row, (gen, key) in enumerate(zip(gens, keys)):
+        seq, mask = sequences[:, :cache_len], mask[:, :cache_len]
+        for row, n, gen, key in zip(rows, n_prompt, gens, keys):
             real = mask[row].nonzero().squeeze(-1)
-            n_prompt = int(enc["attention_mask"][row].sum())
             # Fed generated tokens: all but the last step's; pads fed after a row finished are dropped.
-            keep = n_prompt + min(len(gen.token_ids), cache_len - width)
-            real = real[:keep]
+            real = real[:n + min(len(gen.token_ids), cache_len - width)]
             self._kv[key] = (seq[row, real].tolist(),
                              [(k[row:row + 1, :, real], v[row:row + 1, :, real]) for k, v in layers])
 

@@ -230,3 +230,41 @@ def test_the_reserved_cache_gives_the_dynamic_caches_tokens_and_logprobs_exactly
         return got
     dynamic, reserved = run("dynamic"), run("reserved")
     assert [(g.token_ids, g.logprobs) for g in reserved] == [(g.token_ids, g.logprobs) for g in dynamic]
+
+
+def test_rows_that_stop_leave_the_batch_and_every_row_keeps_its_tokens(tiny_backend, monkeypatch):
+    """Greedy decoding runs in segments; between them the rows that stopped (EOS, a stop string — also one
+    completed on a segment's last step) leave the batch with their KV cache, instead of being decoded with the
+    batch until its longest row ends. The tokens, finish reasons and kept caches are those of one unbroken call."""
+    # The random tiny model repeats each prompt's last token (" on", "5", "ka", "?" then " dyes"); the stop strings
+    # end rows 0, 1 and 3 at different steps (row 3 on step 8, the second segment's last), row 2 runs to the limit.
+    ps = ["The cat sat on", "Count: 4 5", "zebra quokka", "What is 7?"]
+    params = SamplingParams(max_new_tokens=20, stop=("on on on on", "5555555", " dyes dyes"))
+    rows = []
+    handle = tiny_backend.model.register_forward_pre_hook(lambda _m, _a, kw: rows.append(kw["input_ids"].shape[0]),
+                                                          with_kwargs=True)
+    try:
+        runs = {}
+        for segment in (0, 4):
+            monkeypatch.setattr(type(tiny_backend), "decode_segment", segment)
+            rows.clear()
+            gens = tiny_backend.generate(ps, params, return_logprobs=True, cache_keys=list("abcd"))
+            follow = [p + g.text + " and" for p, g in zip(ps, gens)]
+            nxt = tiny_backend.generate(follow, params, cache_keys=list("abcd"))
+            tiny_backend.release(list("abcd"))
+            runs[segment] = (gens, nxt, list(rows))
+    finally:
+        handle.remove()
+    (one, one_next, one_rows), (seg, seg_next, seg_rows) = runs[0], runs[4]
+    assert [len(g.token_ids) for g in seg] == [4, 7, 20, 8] and seg[3].finish_reason == "stop"
+    assert [(g.token_ids, g.text, g.finish_reason) for g in seg] == [(g.token_ids, g.text, g.finish_reason) for g in one]
+    # log-probs to float rounding: a BLAS product's last bits may depend on how many rows it multiplies
+    for s, o in zip(seg, one):
+        assert s.logprobs == pytest.approx(o.logprobs, abs=1e-5)
+    # one call: 20 forwards of all 4 rows; segments: 4 of 4 rows, then row 0 has left, then rows 1 and 3
+    assert one_rows[:20] == [4] * 20 and seg_rows[:20] == [4] * 4 + [3] * 4 + [1] * 12
+    # each row's kept cache (kept at the end of the segment where the row stopped) continues its episode exactly
+    fresh = tiny_backend.generate(follow, params)
+    assert [g.token_ids for g in seg_next] == [g.token_ids for g in one_next] == [g.token_ids for g in fresh]
+    assert [g.cached_tokens for g in seg_next] == [g.cached_tokens for g in one_next] and all(
+        g.cached_tokens > 0 for g in seg_next)
