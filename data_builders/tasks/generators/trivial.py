@@ -39,6 +39,8 @@ from .datetime_env import MONTHS, TOOLS as DATE_TOOLS
 from .game_rule import RULE_INSTRUCTION, TOOLS as RULE_TOOLS
 from .historical_year import HIST_INSTRUCTION, TOOLS as YEAR_TOOLS
 from .list_manipulation import TOOLS_EASY as LIST_TOOLS
+from .prime import TOOLS as PRIME_TOOLS
+from .prime import is_prime
 from .retriever import N_DOCS, TOOLS as RETRIEVER_TOOLS
 from .statistics import TOOLS as STAT_TOOLS
 
@@ -133,21 +135,52 @@ def _table(name: str, fields: tuple[tuple[str, type], ...]) -> tuple[dict, ...]:
     return tuple(rows)
 
 
-def _capitals() -> list[Draw]:
-    rows = _table("trivial_capitals.json", (("country", str), ("capital", str)))
-    docs = [{"title": f"{r['country']} capital city reference",
-             "text": f"{r['capital']} is the capital of {r['country']}."} for r in rows]
+def _retriever_pool(questions: list[tuple[str, str]], docs: list[dict]) -> list[Draw]:
+    """Retriever tasks: question ``i`` is answered by ``docs[i]``. Each corpus is the target document and
+    N_DOCS-1 others, shuffled and numbered as the Retriever generator does, drawn from a generator seeded by the
+    question, so an instance is one fixed task."""
     out = []
-    for i, r in enumerate(rows):
-        question = f"What is the capital of {r['country']}? Return city only."
-        # The corpus is the target and N_DOCS-1 other capitals, shuffled and numbered as the Retriever
-        # generator does, drawn from a generator seeded by the question so an instance is one fixed task.
+    for i, (question, gold) in enumerate(questions):
         rng = random.Random(int.from_bytes(digest("toolwise.trivial.corpus", question)[:8], "big"))
         picked = [docs[i], *rng.sample(docs[:i] + docs[i + 1:], N_DOCS - 1)]
         rng.shuffle(picked)
-        corpus = [{"id": f"doc{j}", **d} for j, d in enumerate(picked, start=1)]
-        out.append((question, r["capital"], {"corpus": corpus}))
+        out.append((question, gold, {"corpus": [{"id": f"doc{j}", **d} for j, d in enumerate(picked, start=1)]}))
     return out
+
+
+def _capital_docs(rows) -> list[dict]:
+    return [{"title": f"{r['country']} capital city reference", "text": f"{r['capital']} is the capital of {r['country']}."}
+            for r in rows]
+
+
+def _capitals() -> list[Draw]:
+    rows = _table("trivial_capitals.json", (("country", str), ("capital", str)))
+    return _retriever_pool([(f"What is the capital of {r['country']}? Return city only.", r["capital"]) for r in rows],
+                           _capital_docs(rows))
+
+
+def _capital_countries() -> list[Draw]:
+    # The capitals the policy names asked the other way round: the same documents answer them
+    rows = _table("trivial_capitals.json", (("country", str), ("capital", str)))
+    # Reference documents open with their answer (as the Retriever tables' do), so these name the country first
+    docs = [{"title": f"{r['capital']} city reference", "text": f"{r['country']} is the country whose capital is "
+             f"{r['capital']}."} for r in rows]
+    return _retriever_pool([(f"{r['capital']} is the capital of which country? Return country only.", r["country"])
+                            for r in rows], docs)
+
+
+def _continents() -> list[Draw]:
+    # Countries that lie on one continent only (no Russia, Turkey or Australia: their gold would be disputable)
+    rows = _table("trivial_continents.json", (("country", str), ("continent", str)))
+    docs = [{"title": f"{r['country']} geography reference",
+             "text": f"{r['continent']} is the continent where {r['country']} lies."} for r in rows]
+    return _retriever_pool([(f"On which continent is {r['country']}? Return continent only.", r["continent"])
+                            for r in rows], docs)
+
+
+def _is_prime_small() -> list[Draw]:
+    # The Prime environment's easy is-prime wording over 2..99
+    return [(f"Is {n} prime? Answer True or False.", str(is_prime(n)), {}) for n in range(2, 100)]
 
 
 def _famous_years() -> list[Draw]:
@@ -195,6 +228,11 @@ CANDIDATES: dict[str, TrivialTemplate] = {t.name: t for t in (
     TrivialTemplate("list_remove", "ListManipulationEnv", LIST_TOOLS, _list_remove,
                     "remove the middle one of three distinct digits"),
     TrivialTemplate("capital", "RetrieverEnv", RETRIEVER_TOOLS, _capitals, "capital of a country (52 countries)"),
+    TrivialTemplate("capital_country", "RetrieverEnv", RETRIEVER_TOOLS, _capital_countries,
+                    "the country whose capital a city is (the same 52)"),
+    TrivialTemplate("continent", "RetrieverEnv", RETRIEVER_TOOLS, _continents,
+                    "the continent of a country (68 one-continent countries)"),
+    TrivialTemplate("is_prime", "PrimeEnv", PRIME_TOOLS, _is_prime_small, "is n prime, n in 2..99 (True/False)"),
     TrivialTemplate("famous_year", "HistoricalYearEnv", YEAR_TOOLS, _famous_years,
                     "year of a well-known event (42 events)"),
     TrivialTemplate("everyday_count", "GameRuleEnv", RULE_TOOLS, _everyday_counts,
@@ -208,6 +246,9 @@ MEASURED: dict[str, tuple[int, int]] = {
     "add_2d": (0, 16), "mul_2d_1d": (0, 16), "succ_2d": (0, 16), "times_one": (16, 16), "sum_pair": (4, 16),
     "choose_one": (5, 16), "days_between": (1, 16), "list_append": (0, 16), "list_reverse": (1, 16),
     "list_remove": (0, 16), "capital": (9, 16), "famous_year": (3, 16), "everyday_count": (0, 16),
+    # second round of candidates (facts asked the other way round, a second fact table, True/False checks),
+    # ``python benchmarks/trivial_tier.py --templates capital_country continent is_prime --standard-per-cell 0``
+    "capital_country": (7, 16), "continent": (10, 16), "is_prime": (5, 16),
 }
 
 
