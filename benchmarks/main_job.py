@@ -32,6 +32,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -44,7 +45,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 # HFBackend's code-path switches (class attributes) and what their previous path was
 PATHS = {"kv_cache": "dynamic: the library's DynamicCache (a copy of the whole cache at every token)",
-         "decode_segment": "0: one generate call per batch (rows that stopped keep decoding until the last does)"}
+         "decode_segment": "0: one generate call per batch (rows that stopped keep decoding until the last does)",
+         "tune_malloc": "false: glibc's malloc defaults (large temporaries unmapped when freed, faulted in again)"}
 FIGURES = re.compile(r"^g_step: test_auroc=.*$", re.M)
 
 
@@ -179,6 +181,8 @@ def child(args, overrides: list[str]) -> None:
         if e.code:
             raise
     s = timer.summary()
+    usage = resource.getrusage(resource.RUSAGE_SELF)     # the whole child: its kernel time is mostly page faults
+    s |= {"user_s": usage.ru_utime, "sys_s": usage.ru_stime, "minor_faults": usage.ru_minflt}
     s["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
     s["threads"] = torch.get_num_threads()
     Path(args.child).write_text(json.dumps(s))
@@ -192,7 +196,10 @@ def code_path(settings: list[str]) -> list[tuple[str, object]]:
         name, _, value = item.partition("=")
         if name not in PATHS:
             raise SystemExit(f"--set {item}: choose one of {sorted(PATHS)}")
-        out.append((name, type(getattr(HFBackend, name))(value)))
+        kind = type(getattr(HFBackend, name))
+        if kind is bool and value.lower() not in ("true", "false"):
+            raise SystemExit(f"--set {item}: true or false")
+        out.append((name, value.lower() == "true" if kind is bool else kind(value)))
     return out
 
 
@@ -271,6 +278,7 @@ def report(label: str, s: dict) -> None:
     names = ("startup", "load", "prefill", "decode", "rollout_other", "features", "build_other", "fit")
     print(f"main_job_s={s['wall']:.1f} phases=" + ",".join(f"{k}:{s[k]:.1f}" for k in names)
           + f" (rollout {s['rollout']:.1f} = prefill + decode + rollout_other + features)")
+    print(f"cpu user {s['user_s']:.1f} s, system {s['sys_s']:.1f} s, minor page faults {s['minor_faults']:,}")
     print(s["figures"])
 
 
