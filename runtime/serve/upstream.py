@@ -39,23 +39,28 @@ class Upstream:
         return cls(cfg.base_url, api_key=key, timeout_s=cfg.timeout_s, connect_timeout_s=cfg.connect_timeout_s,
                    retries=cfg.retries, max_connections=cfg.max_connections, transport=transport)
 
+    def _transport_error(self, e: httpx.HTTPError, what: str) -> APIError:
+        """A failed connection, request or stream as the client sees it: a timeout 504, anything else 502."""
+        if isinstance(e, httpx.TimeoutException):
+            return APIError(504, f"upstream {self.base_url} timed out ({type(e).__name__})", code="upstream_timeout")
+        return APIError(502, f"upstream {self.base_url} {what}: {type(e).__name__}: {e}", code="upstream_unreachable")
+
+    def _status_error(self, r: httpx.Response) -> APIError:
+        """An error status: one about the client's request passes through with the upstream's message, others 502."""
+        detail = _error_message(r)
+        if r.status_code in PASSED_THROUGH:
+            return APIError(r.status_code, f"upstream rejected the request: {detail}", code="upstream_rejected")
+        return APIError(502, f"upstream {self.base_url} answered {r.status_code}: {detail}", code="upstream_error")
+
     async def _request(self, method: str, path: str, json: dict | None = None) -> tuple[dict, float]:
         start = time.perf_counter()
         try:
             r = await self._client.request(method, path, json=json)
-        except httpx.TimeoutException as e:
-            raise APIError(504, f"upstream {self.base_url} timed out ({type(e).__name__})",
-                           code="upstream_timeout") from e
         except httpx.HTTPError as e:
-            raise APIError(502, f"upstream {self.base_url} unreachable: {type(e).__name__}: {e}",
-                           code="upstream_unreachable") from e
+            raise self._transport_error(e, "unreachable") from e
         latency = time.perf_counter() - start
         if r.status_code >= 400:
-            detail = _error_message(r)
-            if r.status_code in PASSED_THROUGH:
-                raise APIError(r.status_code, f"upstream rejected the request: {detail}", code="upstream_rejected")
-            raise APIError(502, f"upstream {self.base_url} answered {r.status_code}: {detail}",
-                           code="upstream_error")
+            raise self._status_error(r)
         try:
             body = r.json()
         except ValueError as e:
@@ -87,12 +92,7 @@ class Upstream:
             async with self._client.stream("POST", "chat/completions", json=payload) as r:
                 if r.status_code >= 400:
                     await r.aread()
-                    detail = _error_message(r)
-                    if r.status_code in PASSED_THROUGH:
-                        raise APIError(r.status_code, f"upstream rejected the request: {detail}",
-                                       code="upstream_rejected")
-                    raise APIError(502, f"upstream {self.base_url} answered {r.status_code}: {detail}",
-                                   code="upstream_error")
+                    raise self._status_error(r)
                 data: list[str] = []
                 async for line in r.aiter_lines():
                     if line.startswith("data:"):
@@ -117,12 +117,8 @@ class Upstream:
                         raise APIError(502, f"upstream {self.base_url} failed mid-stream: {str(detail)[:500]}",
                                        code="upstream_error")
                     yield chunk
-        except httpx.TimeoutException as e:
-            raise APIError(504, f"upstream {self.base_url} timed out ({type(e).__name__})",
-                           code="upstream_timeout") from e
         except httpx.HTTPError as e:
-            raise APIError(502, f"upstream {self.base_url} stream broke: {type(e).__name__}: {e}",
-                           code="upstream_unreachable") from e
+            raise self._transport_error(e, "stream broke") from e
 
     async def models(self) -> list[str]:
         body, _ = await self._request("GET", "models")
