@@ -151,11 +151,11 @@ class HFBackendConfig:
 
 @dataclass
 class VLLMBackendConfig:
-    """``backend=vllm``: vLLM, the same interface as hf; the probe's hidden-state read runs on an HF copy."""
+    """``backend=vllm``: vLLM, the same interface as hf; the probe's hidden-state read runs inside the engine."""
     name: str = param("vllm", "the engine", choices=("vllm",))
     max_model_len: Optional[int] = param(None, "context length; null = the model's own limit", ge=1)
     gpu_memory_utilization: float = param(0.85, "GPU only: share of each GPU for weights + KV cache (leave room "
-                                                "for the probe's HF copy)", gt=0, le=1)
+                                                "if the probe reads on an HF copy)", gt=0, le=1)
     tensor_parallel_size: int = param(1, "GPUs one engine shards each layer over (70B in bf16: 4-8 x 80 GB)", ge=1)
     pipeline_parallel_size: int = param(1, "GPUs (or nodes) one engine splits the layer stack over", ge=1)
     data_parallel_size: int = param(1, "engine replicas: offline, each is an executor worker (executor=ray "
@@ -169,6 +169,8 @@ class VLLMBackendConfig:
     cpu_kv_cache_gib: int = param(4, "CPU only: KV cache size (VLLM_CPU_KVCACHE_SPACE, which vLLM reads as an "
                                      "integer)", ge=1)
     cpu_threads: Optional[int] = param(None, "CPU only: cores bound for compute (null = all)", ge=1)
+    probe_in_engine: bool = param(True, "the probe reads its layers inside the vLLM engine (forward hooks in a "
+                                  "worker extension); false, or an engine that cannot: an HF copy beside it")
     probe_device: Optional[str] = param(None, "where the HF copy for probe reads lives (null = model.device)")
     seed: int = param(0, "vLLM's sampling seed")
     engine_kwargs: Dict[str, Any] = param({}, "free-form: vllm.LLM's own keyword arguments, passed as they are")

@@ -258,9 +258,9 @@ def _vllm_from_config(model: Any, backend: Any):
     import_vllm()   # fail with the install hint before any merging work
     path, mid = model_directory(model.name, gguf_file=model.get("gguf_file"), adapter=model.get("adapter"),
                                 dtype=dtype)
-    # The probe read's HF copy: vLLM 0.x exposes no intermediate layers to an offline LLM (docs/guide.md,
-    # "Engines"), so the probe reads a base-model copy (no LM head, no KV cache kept) on the GPU beside vLLM
-    # (lower gpu_memory_utilization by its size) or wherever backend.probe_device says, in model.dtype for that device.
+    # The probe reads inside the engine (backends/vllm_probe.py); where the engine cannot, it falls back to a
+    # base-model HF copy (no LM head, no KV cache kept) on the GPU beside vLLM (lower gpu_memory_utilization by its
+    # size) or wherever backend.probe_device says, in model.dtype for that device, loaded on first use.
     hf_device = backend.get("probe_device") or device
     return VLLMBackend(path, model_id=mid, adapter=model.get("adapter"), dtype=dtype,
                        device=device, max_model_len=backend.get("max_model_len"),
@@ -270,6 +270,7 @@ def _vllm_from_config(model: Any, backend: Any):
                        data_parallel_size=backend.get("data_parallel_size", 1), max_num_seqs=backend.get("max_num_seqs"),
                        enforce_eager=backend.get("enforce_eager"),
                        enable_prefix_caching=backend.get("enable_prefix_caching", True), seed=backend.get("seed", 0),
+                       probe_in_engine=backend.get("probe_in_engine", True),
                        hf_loader=lambda: load_backend(path, dtype=model.get("dtype", "auto"), model_id=mid,
                                                       adapter=None, device=hf_device, probe_only=True),
                        engine_kwargs=dict(backend.get("engine_kwargs") or {}))

@@ -15,9 +15,12 @@ one (docs/guide.md, "Engines"). What differs from the HF backend, and why:
   ``StructuredOutputsParams(structural_tag=...)``, one SamplingParams per prompt. vLLM applies the grammar
   mask *before* it computes log-probs, so a constrained turn's ``logprobs`` are renormalized over the tokens
   the grammar allows (>= the raw ones the HF backend records; equal where the grammar allows every token).
-* Hidden states: vLLM exposes only the final layer (pooling runner), but the probe reads every layer, so
-  :meth:`prefill` runs the HF backend on the same weights (loaded on first use, with a logged message)
-  and generation continues in vLLM on the full prompt.
+* Hidden states: vLLM's offline API returns no intermediate layer, but the probe reads every layer. So
+  :meth:`prefill` runs the prompts through the engine itself (one sampled token each) with forward hooks that
+  a worker extension adds for that call only (``backends/vllm_probe.py``); prefix caching then serves most of
+  the prompt to the generation that continues it. Where the engine cannot run the hooks (a compiled model, a
+  model runner or decoder laid out otherwise, ``backend.probe_in_engine=false``) the read falls back, with a
+  logged reason, to the HF backend on the same weights, loaded on first use beside the engine.
 """
 from __future__ import annotations
 
@@ -31,6 +34,7 @@ from .base import Backend, Generation, PrefillState, SamplingParams
 from .chat import ChatText
 from .grammar import CallConstraint
 from .hf import weights_fingerprint
+from .vllm_probe import EXTENSION
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +71,7 @@ class VLLMBackend(ChatText, Backend):
                  device: str = "cpu", max_model_len: int | None = None, gpu_memory_utilization: float = 0.85,
                  tensor_parallel_size: int = 1, pipeline_parallel_size: int = 1, data_parallel_size: int = 1,
                  max_num_seqs: int | None = None, enforce_eager: bool | None = None,
-                 enable_prefix_caching: bool = True, seed: int = 0, hf_loader=None,
+                 enable_prefix_caching: bool = True, seed: int = 0, hf_loader=None, probe_in_engine: bool = True,
                  engine_kwargs: dict[str, Any] | None = None):
         if data_parallel_size != 1:
             # vllm.LLM refuses data_parallel_size > 1 in one process (it may hang); replicas are processes.
@@ -84,8 +88,10 @@ class VLLMBackend(ChatText, Backend):
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
         self._config = AutoConfig.from_pretrained(model_dir)
         self.n_layers = self._config.num_hidden_layers
-        self._hf_loader = hf_loader       # () -> HFBackend on the same weights, for the probe read
+        self._hf_loader = hf_loader       # () -> HFBackend on the same weights, where the engine cannot read
         self._hf = None
+        self._probe_off = None if probe_in_engine else "backend.probe_in_engine=false"
+        self._probe_logged = False
         kw: dict[str, Any] = dict(model=model_dir, tokenizer=model_dir, dtype=dtype, seed=seed,
                                   enable_prefix_caching=enable_prefix_caching,
                                   # compiled mode recompiles at every start on CPU (30-50 s); eager is the
@@ -104,21 +110,30 @@ class VLLMBackend(ChatText, Backend):
             kw["max_num_seqs"] = int(max_num_seqs)
         if device != "cpu":
             kw["gpu_memory_utilization"] = gpu_memory_utilization
+        if probe_in_engine:
+            kw["worker_extension_cls"] = EXTENSION     # the probe's hooks (one worker class, one extension)
         kw.update(engine_kwargs or {})
         self.llm = vllm.LLM(**kw)
         self._vllm = vllm
+        if self._probe_off is None and not kw.get("enforce_eager"):
+            # compiled graphs (and CUDA graphs) run without calling the module hooks
+            self._probe_off = "the engine runs a compiled model (backend.enforce_eager=false); hooks do not run there"
 
     @classmethod
-    def wrap(cls, llm, tokenizer, *, model_id: str, adapter: str | None = None) -> "VLLMBackend":
+    def wrap(cls, llm, tokenizer, *, model_id: str, adapter: str | None = None, hf_loader=None,
+             probe_in_engine: bool = True) -> "VLLMBackend":
         """A backend on an engine someone else owns, e.g. TRL's colocated vLLM whose weights the GRPO
-        trainer syncs before each rollout (``trainers/policy/grpo.py``)."""
+        trainer syncs before each rollout (``trainers/policy/grpo.py``). The probe reads inside it only if it
+        was built with ``worker_extension_cls=data_builders.backends.vllm_probe.ProbeWorkerExtension``."""
         self = cls.__new__(cls)
         self.llm, self._vllm = llm, import_vllm()
         self.tokenizer, self.model_id, self.adapter = tokenizer, model_id, adapter
         self.model_dir, self.device_kind = None, "external"
         self._config = llm.llm_engine.model_config.hf_config
         self.n_layers = self._config.num_hidden_layers
-        self._hf_loader, self._hf = None, None
+        self._hf_loader, self._hf = hf_loader, None
+        self._probe_off = None if probe_in_engine else "probe_in_engine=False"
+        self._probe_logged = False
         return self
 
     # ---------------------------------------------------------------- identity
@@ -184,12 +199,57 @@ class VLLMBackend(ChatText, Backend):
         return Generation(text=c.text, token_ids=list(c.token_ids), prompt_tokens=n_prompt, finish_reason=reason,
                           logprobs=logprobs, cached_tokens=int(getattr(out, "num_cached_tokens", 0) or 0))
 
-    # ---------------------------------------------------------------- probe read: HF on the same weights
+    # ---------------------------------------------------------------- probe read
     def prefill(self, prompts: Sequence[str], layers: Sequence[int] | None = None) -> PrefillState:
+        layers = list(range(self.n_layers + 1)) if layers is None else [int(x) for x in layers]
+        bad = [x for x in layers if not 0 <= x <= self.n_layers]
+        if bad:
+            raise ValueError(f"layers {bad} out of range 0..{self.n_layers} for {self.model_id}")
+        if self._probe_off is None:
+            hidden = self._engine_read(list(prompts), layers)
+            if hidden is not None:
+                return PrefillState(prompts=list(prompts), layers=layers, hidden=hidden)
         if self._hf is None:
             if self._hf_loader is None:
-                raise RuntimeError("this vLLM backend has no HF loader for the probe's hidden-state read")
-            log.warning("vLLM exposes only the final layer's hidden state; the probe's all-layer read runs on "
-                        "the HF backend (same weights: %s), generation stays on vLLM.", self.model_dir)
+                raise RuntimeError(f"the probe cannot read inside this vLLM engine ({self._probe_off}) and this "
+                                   "backend has no HF loader to read beside it")
+            log.warning("The probe's all-layer read runs on an HF copy of the policy beside vLLM (same weights: %s), "
+                        "because the engine cannot provide the layers: %s. Generation stays on vLLM.",
+                        self.model_dir, self._probe_off)
             self._hf = self._hf_loader()
         return self._hf.prefill(prompts, layers)
+
+    def _engine_read(self, prompts: list[str], layers: list[int]):
+        """``[batch, len(layers), d_model]`` float32 read by the engine's hooks, or None (reason in _probe_off)."""
+        import torch
+        from vllm.inputs import TokensPrompt   # why: optional extra, see import_vllm
+
+        ids = [self.tokenizer(p, add_special_tokens=False).input_ids for p in prompts]
+        try:
+            why = next((w for w in self.llm.collective_rpc("toolwise_probe_start", args=(layers,)) if w), "")
+        except Exception as e:    # an engine built without the extension: the worker has no such method
+            why = f"no probe worker extension in this engine ({type(e).__name__}: {e})"
+        parts: list[dict] = []
+        if not why:
+            try:
+                # one sampled token: the engine computes every prompt position (the states the hooks keep) and
+                # keeps the prompt's KV blocks in its prefix cache for the generation that follows
+                one = self._vllm.SamplingParams(max_tokens=1, temperature=0.0, detokenize=False)
+                self.llm.generate([TokensPrompt(prompt_token_ids=x) for x in ids], one, use_tqdm=False)
+            finally:
+                parts = self.llm.collective_rpc("toolwise_probe_stop")
+            got: dict[tuple[int, ...], dict[int, Any]] = {}
+            for part in parts:        # pipeline stages each return their own layers
+                for key, states in part.items():
+                    got.setdefault(key, {}).update(states)
+            want = set(layers)
+            missing = sum(not want <= got.get(tuple(x), {}).keys() for x in ids)
+            if not missing:
+                if not self._probe_logged:
+                    log.info("The probe reads its layers inside the vLLM engine (forward hooks): no HF copy loaded.")
+                    self._probe_logged = True
+                return torch.stack([torch.stack([got[tuple(x)][l] for l in layers]) for x in ids])
+            why = (f"the engine's hooks returned no states for {missing} of {len(ids)} prompts (a model that runs "
+                   "compiled, or a model runner that lays out its batch otherwise)")
+        self._probe_off = why
+        return None

@@ -66,17 +66,46 @@ def test_greedy_parity_with_hf(engines):
     assert {g.finish_reason for g in b} & {"stop", "eos"}      # the stop string path is exercised
 
 
-def test_probe_read_falls_back_to_hf_and_generation_continues(engines, caplog):
+def test_probe_reads_inside_the_engine_and_generation_continues(engines, caplog):
+    """backend=vllm's probe read runs in the engine (backends/vllm_probe.py), no HF copy loaded: every hidden-state
+    index (0 = embeddings, 30 = final norm) matches the HF read within float32 kernel noise, also for prompts the
+    scheduler splits across steps (more prompt tokens than one step's budget) and for a second read mostly served
+    from the prefix cache; generation continues on the prefilled prompts as on HF."""
     hf, vl = engines
+    prompts = agent_prompts(hf, 12)
+    budget = vl.llm.llm_engine.vllm_config.scheduler_config.max_num_batched_tokens
+    assert sum(len(hf.tokenizer(p).input_ids) for p in prompts) > budget     # chunked prefill is exercised
+    with caplog.at_level("INFO"):
+        state = vl.prefill(prompts)
+        again = vl.prefill(prompts[:3], layers=[30, 0, 15])
+    assert "inside the vLLM engine" in caplog.text and "beside vLLM" not in caplog.text and vl._hf is None
+    want = hf.prefill(prompts)
+    assert state.layers == want.layers == list(range(31)) and state.hidden.shape == want.hidden.shape
+    # HF and vLLM's CPU kernels differ in float32 rounding: max |diff| 2.4e-4 on states up to ~1e2 (vllm_probe.py)
+    torch.testing.assert_close(state.hidden, want.hidden, atol=5e-4, rtol=1e-4)
+    torch.testing.assert_close(again.hidden, want.hidden[:3][:, [30, 0, 15]], atol=5e-4, rtol=1e-4)
+    # an index shifted by one layer (or taken before the final norm) is far outside that tolerance
+    assert (state.hidden[:, 1:] - want.hidden[:, :-1]).abs().max() > 1e-1
+    prefilled = [p + "<tool_call>" for p in prompts[:4]]
+    got = vl.generate(prefilled, PARAMS, prefill_state=vl.prefill(prompts[:4], layers=[15]))
+    assert [g.token_ids for g in got] == [g.token_ids for g in hf.generate(prefilled, PARAMS)]
+    assert all(g.cached_tokens > 0 for g in got)        # the probe's prefill left the prompt in the prefix cache
+
+
+def test_probe_read_falls_back_to_hf_copy_when_the_engine_cannot(engines, caplog):
+    from data_builders.backends.vllm_backend import VLLMBackend
+
+    hf, vl = engines
+    off = VLLMBackend.wrap(vl.llm, vl.tokenizer, model_id=vl.model_id, adapter=vl.adapter, hf_loader=lambda: hf,
+                           probe_in_engine=False)
     prompts = agent_prompts(hf, 3)
     with caplog.at_level("WARNING"):
-        state = vl.prefill(prompts, layers=[0, 15, 30])
-    assert "only the final layer" in caplog.text
+        state = off.prefill(prompts, layers=[0, 15, 30])
+    assert "HF copy of the policy beside vLLM" in caplog.text and "probe_in_engine=False" in caplog.text
     torch.testing.assert_close(state.hidden, hf.prefill(prompts, layers=[0, 15, 30]).hidden, atol=1e-4, rtol=1e-4)
-    prefilled = [p + "<tool_call>" for p in prompts]
-    got = vl.generate(prefilled, PARAMS, prefill_state=state)
-    want = hf.generate(prefilled, PARAMS)
-    assert [g.token_ids for g in got] == [g.token_ids for g in want]
+    no_loader = VLLMBackend.wrap(vl.llm, vl.tokenizer, model_id=vl.model_id, probe_in_engine=False)
+    with pytest.raises(RuntimeError, match="no HF loader"):
+        no_loader.prefill(prompts, layers=[0])
 
 
 def test_agent_trajectories_match_hf(engines):

