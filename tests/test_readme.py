@@ -109,3 +109,12 @@ def test_nothing_cites_documents_outside_the_repository():
             if _UNRESOLVABLE.search(line):
                 hits.append(f"{path.relative_to(REPO)}:{i}: {line.strip()[:120]}")
     assert not hits, "\n".join(hits)
+
+
+def test_checkpoints_the_docs_name_exist():
+    """A checkpoint path pasted from the README or the guide loads: a refit names the stable directories
+    (checkpoints/<recipe>/reference, tool_sft/v<N>), never a fit's timestamped one that a later refit removes."""
+    missing = [(doc, m.group().rstrip("./")) for doc in ("README.md", "docs/guide.md")
+               for m in re.finditer(r"checkpoints/[A-Za-z0-9_./-]+", (REPO / doc).read_text(encoding="utf-8"))
+               if not (REPO / m.group().rstrip("./")).exists()]
+    assert not missing, missing
