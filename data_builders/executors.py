@@ -87,12 +87,14 @@ class LocalExecutor:
         self.engine = (load or loading.backend_from_config)(model, backend)
         self.info = EngineInfo.of(self.engine)
         self.startup_s = time.perf_counter() - start
+        self._owned = True
 
     @classmethod
     def on(cls, engine) -> "LocalExecutor":
         """An executor around an engine the caller already loaded."""
         self = cls.__new__(cls)
         self.engine, self.info, self.startup_s = engine, EngineInfo.of(engine), 0.0
+        self._owned = False
         return self
 
     def map(self, work: Work, items: Iterable[tuple[Hashable, Any]],
@@ -107,7 +109,10 @@ class LocalExecutor:
             yield key, work(self.engine, payload, report)
 
     def close(self) -> None:
-        pass
+        """Shut down the engine this executor loaded (an engine the caller passed in stays the caller's)."""
+        shutdown = getattr(self.engine, "shutdown", None) if self._owned else None
+        if shutdown is not None:
+            shutdown()
 
     def __enter__(self):
         return self

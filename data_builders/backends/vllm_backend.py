@@ -34,7 +34,7 @@ from transformers import AutoConfig, AutoTokenizer
 from .base import Backend, Generation, PrefillState, SamplingParams
 from .chat import ChatText
 from .grammar import CallConstraint
-from .hf import weights_fingerprint
+from .hf import keep_freed_memory, weights_fingerprint
 from .vllm_probe import EXTENSION
 
 log = logging.getLogger(__name__)
@@ -121,6 +121,12 @@ class VLLMBackend(ChatText, Backend):
             kw["block_size"] = int(block_size)
         if device != "cpu":
             kw["gpu_memory_utilization"] = gpu_memory_utilization
+        if device == "cpu":
+            # vLLM asks for tcmalloc on CPU (LD_PRELOAD) for the same reason the HF backend tunes glibc: each
+            # forward's large temporaries otherwise come back from the kernel page by page. Without it plain
+            # generation was 1.29x slower here than in a process where the HF backend had tuned malloc
+            # (benchmarks/vllm_probe.py, 16 prompts).
+            keep_freed_memory()
         if probe_in_engine:
             kw["worker_extension_cls"] = EXTENSION     # the probe's hooks (one worker class, one extension)
         kw.update(engine_kwargs or {})
@@ -146,6 +152,17 @@ class VLLMBackend(ChatText, Backend):
         self._probe_off = None if probe_in_engine else "probe_in_engine=False"
         self._probe_logged = False
         return self
+
+    def shutdown(self) -> None:
+        """Tear the engine down now. vLLM's in-process engine otherwise shuts down when the garbage collector
+        finalizes it, and that shutdown destroys the process's distributed groups: if a newer engine has started
+        by then (the evaluator's next policy arm), its next step fails with "pipeline model parallel group is not
+        initialized". An engine someone else owns (:meth:`wrap`) is left alone."""
+        if self.device_kind == "external":
+            return
+        core = getattr(getattr(self.llm, "llm_engine", None), "engine_core", None)
+        if core is not None:
+            core.shutdown()     # detaches vLLM's finalizer: it runs once, here
 
     # ---------------------------------------------------------------- identity
     @property

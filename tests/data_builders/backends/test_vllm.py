@@ -245,3 +245,18 @@ def test_constrained_calls_through_a_vllm_server(server):
         assert any(g.text.startswith(f'{{"name": "{t["name"]}", "arguments": {{') for t in c.tools), g.text
         call = parse_tool_call("<tool_call>\n" + g.text)
         assert g.finish_reason == "length" or (call is not None and call.name in {t["name"] for t in c.tools})
+
+
+def test_engines_one_after_another_in_one_process():
+    """The evaluator runs each extra policy on an engine of its own, one after another in one process. vLLM's
+    in-process engine, when garbage-collected, tears down the process's distributed groups; the executor shuts
+    each engine down when its block ends, so a later engine's groups survive the earlier one's collection (before,
+    the third engine's first step failed: "pipeline model parallel group is not initialized")."""
+    from data_builders.executors import executor_from_config
+
+    cfg = compose("rollout", ["backend=vllm", "backend.cpu_kv_cache_gib=1"])
+    outs = []
+    for _ in range(3):        # the loop variable keeps each engine alive until the next one has started
+        with executor_from_config(None, MODEL, cfg.backend) as ex:
+            outs.append(ex.engine.generate(["The capital of France is"], SamplingParams(max_new_tokens=4)))
+    assert len({tuple(o[0].token_ids) for o in outs}) == 1 and outs[0][0].token_ids
