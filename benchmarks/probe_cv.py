@@ -1,6 +1,7 @@
 """Cross-validated AUROC of the Probe&Prefill probe and its two baselines on one probe dataset (measure only).
 
-    flock /tmp/torch.lock python benchmarks/probe_cv.py outputs/points/w2t_v2/probe [--folds 5] [--repeats 3]
+    flock /tmp/torch.lock python benchmarks/probe_cv.py outputs/points/w2t_v2/probe [--folds 5] [--repeats 3] \
+        [recipe.train.l2=100 ...]      # fit overrides, as on the trainers.fit command line
 
 Why: a policy that answers little unaided leaves a handful of "no tool needed" points, so the test split's AUROC
 moves in big steps (6 negatives: one AUROC standard error is about 0.1). This pools train+val+test and refits, in
@@ -44,9 +45,11 @@ def main() -> None:
     ap.add_argument("points_dir")
     ap.add_argument("--folds", type=int, default=5)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("overrides", nargs="*", help="fit config overrides (e.g. recipe.train.l2=100)")
     args = ap.parse_args()
     probe = GATES["probe_prefill"]
-    cfg = recipes.compose("fit", [f"recipe={probe.name}", f"recipe.points.dir={args.points_dir}", "logger=none"])
+    cfg = recipes.compose("fit", [f"recipe={probe.name}", f"recipe.points.dir={args.points_dir}", "logger=none",
+                                  *args.overrides])
     points = load_points(args.points_dir, kind=probe.kind, featurizer=probe.featurizer.id)
     x, y = probe.featurizer.controller_input(points.features), points.labels
     negatives = int((y == 0).sum())
