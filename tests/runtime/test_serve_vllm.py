@@ -100,3 +100,37 @@ def drive_episodes(upstream_url: str) -> None:
 
 def test_openai_client_drives_a_gated_tool_episode_against_vllm(policy_server):
     drive_episodes(policy_server)
+
+
+def test_local_upstream_on_vllm_reads_the_probe_inside_the_engine():
+    """``upstream=local backend=vllm``: the first turn's probe read runs inside the engine that generates (no HF copy
+    of the policy is loaded, no fallback), and the endpoint answers as it does on the HF backend: the same probe
+    probability within float32 kernel noise, the same decision and the same reply."""
+    import gc
+    from pathlib import Path
+
+    from data_builders.backends.loading import backend_from_config
+    from tests.runtime.test_serve_local import MAX_TOKENS, calc_task, local_client, loop_first_turn
+
+    gc.collect()       # an earlier module's engine must be gone before this one starts (VLLMBackend.shutdown)
+    cfg = compose("serve", ["upstream=local", "backend=vllm", "backend.cpu_kv_cache_gib=1"])
+    probe = str(Path(__file__).resolve().parents[2] / "checkpoints" / "probe_prefill" / "reference")
+    replies = {}
+    for name, backend_cfg in (("vllm", cfg.backend), ("hf", None)):
+        backend = backend_from_config(cfg.model, backend_cfg)
+        try:
+            messages, tools, _, gates = loop_first_turn(backend, calc_task("c1", "17*23"), probe, "hard")
+            with local_client(backend, gates) as client:
+                r = client.post("/v1/chat/completions", json={"model": backend.model_id, "messages": messages,
+                                                               "tools": tools, "max_tokens": MAX_TOKENS})
+            assert r.status_code == 200, r.text
+            replies[name] = r.json()
+            if name == "vllm":
+                assert backend._hf is None and backend._probe_off is None     # read in the engine
+        finally:
+            if name == "vllm":
+                backend.shutdown()
+    (dv,), (dh,) = (replies[n]["toolwise"]["decisions"] for n in ("vllm", "hf"))
+    assert dv["gate"] == "probe_prefill" and dv["round"] == 0 and dv["action"] == dh["action"]
+    assert dv["probability"] == pytest.approx(dh["probability"], abs=1e-3)
+    assert replies["vllm"]["choices"][0]["message"] == replies["hf"]["choices"][0]["message"]
