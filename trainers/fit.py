@@ -77,7 +77,9 @@ def main(cfg: DictConfig) -> float:
     if is_rank_zero():   # one copy of the run's record, not one per rank
         (run.dir / "recipe.yaml").write_text(OmegaConf.to_yaml(cfg.recipe, resolve=True))
     fitted: Fitted = resolve(cfg.recipe.name)(cfg.recipe, cfg, run)
-    print(f"objective {fitted.objective_name}={fitted.objective:.6g}")
+    # one write with its newline: under a multi-process launch every rank prints this line to the same pipe, and
+    # print's separate write of "\n" let two ranks' lines run together
+    print(f"objective {fitted.objective_name}={fitted.objective:.6g}\n", end="", flush=True)
     return fitted.objective
 
 
