@@ -206,6 +206,11 @@ class BuiltinTasksConfig:
     tier: str = param("standard", "standard | trivial (tasks the default policy often answers without a tool: "
                                   "data_builders/tasks/generators/trivial.py) | both", choices=TIERS)
     n_per_template: int = param(20, "trivial tier: tasks per kept template x split", ge=1)
+    train_n_per_cell: Optional[int] = param(None, "the train split's n_per_cell (more training points, the test "
+                                                  "split unchanged); null = n_per_cell", ge=1)
+    train_n_per_template: Optional[int] = param(None, "the train split's n_per_template, each instance of a "
+                                                      "template's train share at most once; null = n_per_template",
+                                                ge=1)
 
 
 @dataclass

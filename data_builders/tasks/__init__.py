@@ -112,11 +112,25 @@ def load_tasks(source: str = "builtin", *, split: str = "test", limit: int | Non
 
 # ---------------------------------------------------------------------------- reading a source
 def _builtin(split: str, *, envs: Sequence[str] | None = None, n_per_cell: int = 20, seed: int = 0,
-             hops: str | None = None, tier: str | None = None, n_per_template: int | None = None) -> list[Task]:
+             hops: str | None = None, tier: str | None = None, n_per_template: int | None = None,
+             train_n_per_cell: int | None = None, train_n_per_template: int | None = None) -> list[Task]:
     """``tier``: standard | trivial | both, the trivial tier being the tasks the default policy answers unaided
-    often (``builtin.generate_trivial``); ``hops``: single | multi | both."""
+    often (``builtin.generate_trivial``); ``hops``: single | multi | both.
+
+    ``train_n_per_cell`` / ``train_n_per_template`` (None: as the other splits) size the train split alone, so
+    a build gets more training points while the test split stays the same tasks (each cell and template draws
+    from its own per-split stream, and a smaller count is a prefix of a larger one). Trivial templates give
+    each instance of their train share at most once then: a repeated question would be a duplicate point, and
+    one that landed in val beside its twin in train would leak."""
+    train = split == "train"
+    if train and train_n_per_cell is not None:
+        n_per_cell = train_n_per_cell
+    once = train and train_n_per_template is not None
+    if once:
+        n_per_template = train_n_per_template
     return generate_builtin(split, n_per_cell=n_per_cell, seed=seed, envs=envs, hops=hops or "single",
-                            tier=tier or "standard", n_per_template=20 if n_per_template is None else n_per_template)
+                            tier=tier or "standard", n_per_template=20 if n_per_template is None else n_per_template,
+                            repeat=not once)
 
 
 def _when2tool(split: str, *, path: str | None = None, hops: str | None = None, hub_id: str | None = None,
@@ -144,15 +158,18 @@ SOURCE_OPTIONS = {source: tuple(p for p in inspect.signature(read).parameters if
 def read_source(source: str, split: str, *, envs: Sequence[str] | None = None, **options) -> list[Task]:
     """One split of a source's tasks, before selection. ``options`` are the source's own (:data:`SOURCE_OPTIONS`);
     another source's option is ignored (a caller may pass a tasks group's shared defaults), except those that
-    would change which tasks come back (``distractor``, ``tier``, ``n_per_template``), which are refused."""
+    would change which tasks come back (``distractor``, ``tier``, ``n_per_template``, ``train_n_per_*``), which are
+    refused."""
     known = {name for names in SOURCE_OPTIONS.values() for name in names}
     unknown = sorted(set(options) - known)
     if unknown:
         raise TypeError(f"load_tasks() got an unexpected keyword argument {unknown[0]!r}")
     if options.get("distractor") is not None and source != "gsm8k":
         raise ValueError(f"distractor= applies to the gsm8k task source only, not {source!r}")
-    if (options.get("tier") is not None or options.get("n_per_template") is not None) and source != "builtin":
-        raise ValueError(f"tier= and n_per_template= apply to the builtin task source only, not {source!r}")
+    builtin_only = [k for k in ("tier", "n_per_template", "train_n_per_cell", "train_n_per_template")
+                    if options.get(k) is not None]
+    if builtin_only and source != "builtin":
+        raise ValueError(f"{'= and '.join(builtin_only)}= apply to the builtin task source only, not {source!r}")
     if source not in _READERS:
         raise ValueError(f"unknown task source {source!r}; known: {TASK_SOURCES}")
     own = {k: v for k, v in options.items() if k in SOURCE_OPTIONS[source]}

@@ -41,11 +41,12 @@ _SOURCE = "toolwise builtin generator"
 
 def generate_builtin(split: str, *, n_per_cell: int = 20, seed: int = 0,
                      envs: Sequence[str] | None = None, hops: str = "single", tier: str = "standard",
-                     n_per_template: int = 20) -> list[Task]:
+                     n_per_template: int = 20, repeat: bool = True) -> list[Task]:
     """Generate ``n_per_cell`` tasks per (environment, difficulty) for ``split``.
 
     ``tier``: ``standard`` (the tasks below), ``trivial`` (``n_per_template`` tasks of each kept template of the
-    trivial tier, :func:`generate_trivial`; single-hop only, so with ``hops=multi`` nothing) or ``both``.
+    trivial tier, :func:`generate_trivial`, which ``repeat`` goes to; single-hop only, so with ``hops=multi``
+    nothing) or ``both``.
 
     ``hops``: ``"single"`` (the 15 single-hop environments), ``"multi"`` (three-step chains, When2Tool
     envs 16-18, for the environments that have a multi-hop generator) or ``"both"``. Tasks come in
@@ -80,16 +81,17 @@ def generate_builtin(split: str, *, n_per_cell: int = 20, seed: int = 0,
                 if env in wanted:
                     tasks.extend(_generate_env(gen, split, n_per_cell, seed))
     if tier != "standard" and hops != "multi":
-        tasks.extend(t for t in generate_trivial(split, n_per_template=n_per_template, seed=seed)
+        tasks.extend(t for t in generate_trivial(split, n_per_template=n_per_template, seed=seed, repeat=repeat)
                      if t.env.name in wanted)
     return tasks
 
 
 def generate_trivial(split: str, *, n_per_template: int = 20, seed: int = 0,
-                     templates: Sequence[str] | None = None) -> list[Task]:
+                     templates: Sequence[str] | None = None, repeat: bool = True) -> list[Task]:
     """``n_per_template`` tasks of each trivial-tier template (default: the kept ones, ``trivial.KEPT``; any
     candidate by name, which is how ``benchmarks/trivial_tier.py`` measures them) for ``split``, in template
-    order. Ids look like ``"builtin/trivial/add_1d/test/0003"``; tasks are ``easy`` single-hop tasks of the
+    order. A template whose share of ``split`` holds fewer instances repeats them, or with ``repeat=False``
+    gives each once. Ids look like ``"builtin/trivial/add_1d/test/0003"``; tasks are ``easy`` single-hop tasks of the
     template's environment tagged ``trivial`` and the template name."""
     if split not in SPLITS:
         raise ValueError(f"split {split!r} not in {SPLITS}")
@@ -105,7 +107,8 @@ def generate_trivial(split: str, *, n_per_template: int = 20, seed: int = 0,
         tpl = trivial.CANDIDATES[name]
         # Its own stream per template: adding a template never changes another one's tasks.
         r = cell_rng(f"trivial/{name}", "easy", split, seed)
-        for i, (instruction, answer, params) in enumerate(trivial.template_cell(name, split, r, n_per_template)):
+        n = n_per_template if repeat else min(n_per_template, len(trivial.split_pool(name, split)))
+        for i, (instruction, answer, params) in enumerate(trivial.template_cell(name, split, r, n)):
             record = {
                 "id": f"builtin/trivial/{name}/{split}/{i:04d}",
                 "instruction": instruction,

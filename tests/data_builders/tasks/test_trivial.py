@@ -70,6 +70,22 @@ def test_tier_option_of_the_builtin_source():
         load_tasks("builtin", split="test", tier="trivial", hops="multi")
 
 
+def test_a_larger_train_split_keeps_the_test_split_and_repeats_no_question():
+    mix = {"tier": "both", "n_per_cell": 1, "n_per_template": 18}
+    grown = {**mix, "train_n_per_cell": 2, "train_n_per_template": 1000}
+    assert load_tasks("builtin", split="test", **grown) == load_tasks("builtin", split="test", **mix)
+    before = {t.id: t.instruction for t in load_tasks("builtin", split="train", **mix)}
+    after = load_tasks("builtin", split="train", **grown)
+    assert {t.id: t.instruction for t in after if t.id in before} == before      # the old train tasks stay
+    for name in trivial.KEPT:         # every instance of each template's train share, once
+        mine = [t.instruction for t in after if "trivial" in t.tags and t.tags[1] == name]
+        assert sorted(mine) == sorted(d[0] for d in trivial.split_pool(name, "train"))
+    standard = [t for t in after if "trivial" not in t.tags]
+    assert len(standard) == 2 * len([t for t in load_tasks("builtin", split="train", **mix) if "trivial" not in t.tags])
+    with pytest.raises(ValueError, match="builtin task source only"):
+        load_tasks("gsm8k", path="x.jsonl", train_n_per_template=5)
+
+
 def test_each_task_owns_its_environment_parameters():
     a, b = generate_trivial("test", n_per_template=2, templates=["capital"])
     assert a.env.parameters["corpus"] is not b.env.parameters["corpus"]
