@@ -754,6 +754,10 @@ class EvaluateConfig(ReportGroups):
     reference: str = param("default", "ΔAcc, ΔTC and ΔAcc/−ΔTC are taken against this arm (When2Tool's Table 3)")
     bootstrap: Bootstrap = param(Bootstrap(), "intervals of accuracy, calls and PTE per arm and of their deltas "
                                               "against the reference (paired over tasks)")
+    exclude_points: List[str] = param([], "decision-point datasets whose tasks (every split, by task id) are left "
+                                          "out: score controllers on tasks they were not fit or calibrated on, e.g. "
+                                          "split=train with a larger train draw (tasks.train_n_per_*) to choose τ "
+                                          "without the test split")
 
 
 @dataclass

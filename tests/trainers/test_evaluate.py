@@ -298,3 +298,30 @@ def test_a_failure_in_an_arm_keeps_earlier_arms_and_its_finished_episodes(tmp_pa
     again = run(cfg)
     assert (again["cache"]["hits"], again["cache"]["misses"]) == (7, 1)     # only 9*9 in the default arm
     assert all("9*9" in p for batch in healthy.calls for p in batch)
+
+
+def test_exclude_points_leaves_out_the_tasks_a_dataset_holds(tmp_path, checkpoints, scripted):
+    from data_builders.points.store import PointStore
+
+    seen = [TASKS[1], TASKS[3]]           # the two "needs a tool" tasks, as if a controller had been fit on them
+    manifest = {"kind": "probe", "task_hash": "abc", "backend": "scripted@0", "featurizer": {"name": "f", "version": 1},
+                "label_rule": "r", "shard_size": 2, "builder": {"max_rounds": 2}}
+    with PointStore(tmp_path / "points", manifest) as store:
+        store.write_shard(0, [{"point_id": str(t.id), "task_id": str(t.id), "split": s, "env": "CalculatorEnv",
+                               "category": "A", "difficulty": "easy", "label": 1}
+                              for t, s in zip(seen, ["train", "val"])], {"hidden": torch.zeros(2, N_LAYERS, D)})
+        store.finalize({"points": 2, "positives": 2})
+    results = run(eval_cfg(tmp_path, checkpoints, exclude_points=[str(tmp_path / "points")]))
+    assert results["tasks"] == 2 and results["exclude_points"] == [str(tmp_path / "points")]
+    # left: 6*7 (tool) and 2+2 (answered directly); the probe sends both to skip at 0.5 and this policy then
+    # answers 0: a sweep on these tasks alone, unlike on all four (accuracy 0.5 there)
+    assert results["arms"]["probe_soft@0.50"]["all"]["accuracy"] == 0.0
+    assert results["arms"]["force"]["all"]["accuracy"] == 1.0
+    with pytest.raises(ValueError, match="leaves none of the 4 tasks"):
+        everything = tmp_path / "all"
+        with PointStore(everything, manifest) as store:
+            store.write_shard(0, [{"point_id": str(t.id), "task_id": str(t.id), "split": "test", "env": "E",
+                                   "category": "A", "difficulty": "easy", "label": 0} for t in TASKS],
+                              {"hidden": torch.zeros(4, N_LAYERS, D)})
+            store.finalize({"points": 4, "positives": 0})
+        run(eval_cfg(tmp_path, checkpoints, exclude_points=[str(everything)]))

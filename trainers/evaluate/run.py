@@ -46,6 +46,7 @@ from data_builders.features.probe import probe_features
 from data_builders.gates import GATES
 from data_builders.metrics.patterns import count_patterns
 from data_builders.metrics.pte import PTEConfig, trajectory_pte
+from data_builders.points.store import load_points
 from data_builders.tasks.schema import task_key
 from recipes import CONFIG_DIR
 from runtime.controller_hooks import Cascade, GStep, ProbePrefill, ToolGate, checked, prefill_text
@@ -448,10 +449,26 @@ def check_config(cfg: DictConfig) -> None:
     raise ValueError(f"reference={cfg.reference!r} is not an arm of this run; arms: {', '.join(listed)}")
 
 
+def unseen_tasks(tasks: list, points_dirs) -> list:
+    """``tasks`` less those that any of ``points_dirs`` (decision-point datasets; every split) holds, matched by task
+    id, which names the same instance only under the same task options (a smaller draw is a prefix of a larger
+    one: tasks.train_n_per_* keep the ids). Leaves controllers scored on tasks they were neither fit nor
+    calibrated on, e.g. a larger train draw on which to choose τ before the test split is looked at."""
+    seen: set[str] = set()
+    for d in points_dirs:
+        seen |= {str(i) for i in load_points(d).points["task_id"]}
+    kept = [t for t in tasks if str(t.id) not in seen]
+    if points_dirs:
+        if not kept:
+            raise ValueError(f"exclude_points={list(points_dirs)} leaves none of the {len(tasks)} tasks")
+        print(f"exclude_points: {len(tasks) - len(kept)} of {len(tasks)} tasks left out, {len(kept)} evaluated")
+    return kept
+
+
 def run(cfg: DictConfig) -> dict:
     out_dir = Path(cfg.out_dir)
     check_config(cfg)
-    tasks = task_sources.tasks_from_config(cfg)
+    tasks = unseen_tasks(task_sources.tasks_from_config(cfg), list(cfg.get("exclude_points") or []))
     ex_cfg = cfg.get("executor")
     spread_kw = {"workers": ex_cfg.workers, "shard_size": ex_cfg.shard_size} if ex_cfg and ex_cfg.name == "ray" else {}
     with executor_from_config(ex_cfg, cfg.model, cfg.get("backend")) as executor:
@@ -512,7 +529,7 @@ def run(cfg: DictConfig) -> dict:
     controllers = {k: {"checkpoint": str(c.path), "tau": c.controller.tau, "temperature": c.controller.temperature,
                        "test_auroc": _ckpt_metric(c.path), "test_auroc_ci": _ckpt_metric(c.path, "auroc_ci")}
                    for k, c in loaded.items()}
-    results = {"tasks": len(tasks), **ctx.provenance(cfg),
+    results = {"tasks": len(tasks), **ctx.provenance(cfg), "exclude_points": list(cfg.get("exclude_points") or []),
                "reference": reference, "arms": metrics, "deltas": delta,
                "bootstrap": {**spec.as_dict(), "unit": "task"}, "curves": curves, "controllers": controllers,
                "timing": timing, "wall_s": round(wall, 2), "cache": ctx.cache_stats()}
