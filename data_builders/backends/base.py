@@ -92,3 +92,12 @@ class Backend(ABC):
     @abstractmethod
     def prefill(self, prompts: Sequence[str], layers: Sequence[int] | None = None) -> PrefillState:
         """One forward pass over the prompts; returns last-token hidden states and keeps the cache."""
+
+    def hidden_indices(self, layers: Sequence[int] | None) -> list[int]:
+        """The hidden-state indices a :meth:`prefill` reads: 0 (embeddings) .. ``n_layers`` (the last decoder
+        layer), all of them for None; an index outside that range is refused, naming the model."""
+        layers = list(range(self.n_layers + 1)) if layers is None else [int(x) for x in layers]
+        bad = [x for x in layers if not 0 <= x <= self.n_layers]
+        if bad:
+            raise ValueError(f"layers {bad} out of range 0..{self.n_layers} for {self.model_id}")
+        return layers

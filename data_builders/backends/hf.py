@@ -370,10 +370,7 @@ class HFBackend(ChatText, Backend):
     # ---------------------------------------------------------------- prefill (probe read)
     @torch.inference_mode()
     def prefill(self, prompts: Sequence[str], layers: Sequence[int] | None = None) -> PrefillState:
-        layers = list(range(self.n_layers + 1)) if layers is None else [int(x) for x in layers]
-        bad = [x for x in layers if not 0 <= x <= self.n_layers]
-        if bad:
-            raise ValueError(f"layers {bad} out of range 0..{self.n_layers} for {self.model_id}")
+        layers = self.hidden_indices(layers)
         hidden = torch.empty(len(prompts), len(layers), self.d_model, dtype=torch.float32)
         # A generating model keeps the prompt's KV cache for the generation that continues it (one logit row
         # is computed and dropped); a probe-only base model keeps nothing.

@@ -229,10 +229,7 @@ class VLLMBackend(ChatText, Backend):
 
     # ---------------------------------------------------------------- probe read
     def prefill(self, prompts: Sequence[str], layers: Sequence[int] | None = None) -> PrefillState:
-        layers = list(range(self.n_layers + 1)) if layers is None else [int(x) for x in layers]
-        bad = [x for x in layers if not 0 <= x <= self.n_layers]
-        if bad:
-            raise ValueError(f"layers {bad} out of range 0..{self.n_layers} for {self.model_id}")
+        layers = self.hidden_indices(layers)
         if self._probe_off is None:
             hidden = self._engine_read(list(prompts), layers)
             if hidden is not None:
