@@ -838,6 +838,14 @@ class ServeLocalUpstream:
 
 
 @dataclass
+class ServeTaus:
+    """A gate's decision threshold at the endpoint (``p >= τ`` takes the action: call, execute, continue)."""
+    toolgate: Optional[float] = param(None, "null: the checkpoint's calibrated τ", ge=0, le=1)
+    g_step: Optional[float] = param(None, "null: the checkpoint's calibrated τ", ge=0, le=1)
+    probe_prefill: Optional[float] = param(None, "null: the checkpoint's calibrated τ", ge=0, le=1)
+
+
+@dataclass
 class ServeGates:
     toolgate: Optional[str] = param(None, "an exported checkpoint dir (checkpoints/toolgate/<run>); null: off")
     g_step: Optional[str] = param(None, "an exported checkpoint dir (checkpoints/g_step/<run>); null: off")
@@ -845,6 +853,7 @@ class ServeGates:
                                                "turn (it reads the policy's hidden states)")
     prefill_style: str = param("soft", "the probe's response prefill: soft (a sentence) | hard (a forced prefix)",
                                )
+    taus: ServeTaus = param(ServeTaus(), "each gate's τ, e.g. an operating point chosen on held-out tasks")
     policy: Optional[str] = param(None, "the upstream policy's fingerprint: gates trained on another policy refuse "
                                         "to load")
     strict: bool = param(True, "false: skip the policy contract check")

@@ -31,7 +31,8 @@ def load_gates(cfg: DictConfig, policy: str | None = None):
 
     # warmed up before the port opens: the first request must not wait seconds for the encoder to load
     return Gates.load(toolgate=cfg.toolgate, g_step=cfg.g_step, probe_prefill=cfg.probe_prefill,
-                      policy=policy or cfg.policy, strict=cfg.strict).warmup()
+                      policy=policy or cfg.policy, strict=cfg.strict,
+                      taus={k: v for k, v in (cfg.get("taus") or {}).items() if v is not None}).warmup()
 
 
 def build(cfg: DictConfig):

@@ -230,6 +230,17 @@ def test_the_committed_gates_decide_through_the_endpoint():
     assert fake.requests[-1]["logprobs"] is True              # gates.g_step set: log-probs asked for
 
 
+def test_gates_taus_set_each_gates_operating_point():
+    from runtime.serve.__main__ import load_gates
+
+    ref = recipes.compose("rollout").checkpoints
+    gates = load_gates(config(f"gates.toolgate={ref.toolgate}", "gates.taus.toolgate=0.45").gates)
+    assert gates.taus == {"toolgate": 0.45} and gates.toolgate.tau != 0.45
+    assert load_gates(config(f"gates.toolgate={ref.toolgate}").gates).taus == {}     # unset: calibrated τ
+    with pytest.raises(Exception, match="gates.taus.toolgate"):
+        config(f"gates.toolgate={ref.toolgate}", "gates.taus.toolgate=1.5")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("text", ["Bonjour !", "The answer is 42.", "\\boxed{42}"])
 def test_the_committed_g_step_decides_on_plain_answers_too(text):
