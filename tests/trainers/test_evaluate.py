@@ -317,11 +317,11 @@ def test_exclude_points_leaves_out_the_tasks_a_dataset_holds(tmp_path, checkpoin
     # answers 0: a sweep on these tasks alone, unlike on all four (accuracy 0.5 there)
     assert results["arms"]["probe_soft@0.50"]["all"]["accuracy"] == 0.0
     assert results["arms"]["force"]["all"]["accuracy"] == 1.0
+    everything = tmp_path / "all"
+    with PointStore(everything, manifest) as store:
+        store.write_shard(0, [{"point_id": str(t.id), "task_id": str(t.id), "split": "test", "env": "E",
+                               "category": "A", "difficulty": "easy", "label": 0} for t in TASKS],
+                          {"hidden": torch.zeros(4, N_LAYERS, D)})
+        store.finalize({"points": 4, "positives": 0})
     with pytest.raises(ValueError, match="leaves none of the 4 tasks"):
-        everything = tmp_path / "all"
-        with PointStore(everything, manifest) as store:
-            store.write_shard(0, [{"point_id": str(t.id), "task_id": str(t.id), "split": "test", "env": "E",
-                                   "category": "A", "difficulty": "easy", "label": 0} for t in TASKS],
-                              {"hidden": torch.zeros(4, N_LAYERS, D)})
-            store.finalize({"points": 4, "positives": 0})
         run(eval_cfg(tmp_path, checkpoints, exclude_points=[str(everything)]))
