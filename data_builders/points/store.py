@@ -157,14 +157,14 @@ def _on_disk(root: Path) -> dict[int, set[str]]:
     return found
 
 
-def _check_shard(root: Path, i: int, record: dict) -> tuple[list[str], dict[str, Any]]:
-    """Problems of shard ``i`` against its ``record`` (``points``, and ``sha256`` per file when recorded), one
-    line each naming the file, and the parsed contents (``parquet``: a table, ``safetensors``: name → tensor):
-    each file is read once, hashed and parsed from memory, so what is checked is what is loaded."""
+def _check_shard(root: Path, i: int, record: dict, files: Sequence[str] = FILES) -> tuple[list[str], dict[str, Any]]:
+    """Problems of shard ``i``'s ``files`` against its ``record`` (``points``, and ``sha256`` per file when
+    recorded), one line each naming the file, and the parsed contents (``parquet``: a table, ``safetensors``:
+    name → tensor): each file is read once, hashed and parsed from memory, so what is checked is what is loaded."""
     problems, parsed, n = [], {}, record.get("points")
     want = record.get("sha256")
     expected = set(want) if isinstance(want, dict) else (set(FILES) if n else set())
-    for ext in FILES:
+    for ext in files:
         f = root / _shard_name(i, ext)
         if ext not in expected:
             if f.exists():
@@ -503,10 +503,11 @@ def _expected_shards(root: Path, manifest: dict, complete: bool) -> tuple[dict[i
 
 
 def load_points(root: str | Path, *, kind: str | None = None, backend: str | None = None,
-                featurizer: dict | None = None, require_complete: bool = True) -> PointSet:
+                featurizer: dict | None = None, require_complete: bool = True, features: bool = True) -> PointSet:
     """Load a dataset directory. ``kind``/``backend``/``featurizer`` (``{"name", "version"}``), when given, must
     match the manifest: features from one policy or featurizer are meaningless to a controller of another.
-    The files must be those the manifest records (:class:`CorruptDataset` otherwise, naming each difference)."""
+    The files must be those the manifest records (:class:`CorruptDataset` otherwise, naming each difference).
+    ``features=False`` reads the point tables alone (no tensors: a large policy's hidden states are gigabytes)."""
     root = Path(root)
     mpath = root / "manifest.json"
     if not mpath.is_file():
@@ -522,12 +523,12 @@ def load_points(root: str | Path, *, kind: str | None = None, backend: str | Non
     records, problems = _expected_shards(root, manifest, require_complete)
     tables, feats, keys = [], {}, None
     for i in sorted(records):
-        shard_problems, parsed = _check_shard(root, i, records[i])
+        shard_problems, parsed = _check_shard(root, i, records[i], FILES if features else ("parquet",))
         problems += shard_problems
         if shard_problems or not parsed:
             continue
         tables.append(parsed["parquet"])
-        tensors = parsed["safetensors"]
+        tensors = parsed.get("safetensors", {})
         if keys is None:
             keys = set(tensors)
         elif set(tensors) != keys:

@@ -456,7 +456,7 @@ def unseen_tasks(tasks: list, points_dirs) -> list:
     calibrated on, e.g. a larger train draw on which to choose τ before the test split is looked at."""
     seen: set[str] = set()
     for d in points_dirs:
-        seen |= {str(i) for i in load_points(d).points["task_id"]}
+        seen |= {str(i) for i in load_points(d, features=False).points["task_id"]}
     kept = [t for t in tasks if str(t.id) not in seen]
     if points_dirs:
         if not kept:
@@ -468,7 +468,8 @@ def unseen_tasks(tasks: list, points_dirs) -> list:
 def run(cfg: DictConfig) -> dict:
     out_dir = Path(cfg.out_dir)
     check_config(cfg)
-    tasks = unseen_tasks(task_sources.tasks_from_config(cfg), list(cfg.get("exclude_points") or []))
+    excluded = list(cfg.get("exclude_points") or [])
+    tasks = unseen_tasks(task_sources.tasks_from_config(cfg), excluded)
     ex_cfg = cfg.get("executor")
     spread_kw = {"workers": ex_cfg.workers, "shard_size": ex_cfg.shard_size} if ex_cfg and ex_cfg.name == "ray" else {}
     with executor_from_config(ex_cfg, cfg.model, cfg.get("backend")) as executor:
@@ -529,7 +530,7 @@ def run(cfg: DictConfig) -> dict:
     controllers = {k: {"checkpoint": str(c.path), "tau": c.controller.tau, "temperature": c.controller.temperature,
                        "test_auroc": _ckpt_metric(c.path), "test_auroc_ci": _ckpt_metric(c.path, "auroc_ci")}
                    for k, c in loaded.items()}
-    results = {"tasks": len(tasks), **ctx.provenance(cfg), "exclude_points": list(cfg.get("exclude_points") or []),
+    results = {"tasks": len(tasks), **ctx.provenance(cfg), "exclude_points": excluded,
                "reference": reference, "arms": metrics, "deltas": delta,
                "bootstrap": {**spec.as_dict(), "unit": "task"}, "curves": curves, "controllers": controllers,
                "timing": timing, "wall_s": round(wall, 2), "cache": ctx.cache_stats()}

@@ -392,3 +392,14 @@ def test_a_fit_repairs_its_own_damaged_dataset(tmp_path, monkeypatch):
     assert len(computed) == 1                                        # shard 1 only
     assert again.points.to_list() == first.points.to_list()
     assert all(torch.equal(again.features[k], first.features[k]) for k in first.features)
+
+
+def test_the_point_tables_load_without_the_features(tmp_path):
+    with PointStore(tmp_path, MANIFEST) as store:
+        store.write_shard(0, rows(2), {"hidden": torch.zeros(2, 3)})
+        store.finalize({"points": 2, "positives": 1})
+    (tmp_path / "shard-00000.safetensors").write_bytes(b"not read")    # tensors are not even opened
+    tables = load_points(tmp_path, features=False)
+    assert tables.points["task_id"] == ["t0", "t1"] and tables.features == {}
+    with pytest.raises(CorruptDataset, match="shard-00000.safetensors"):
+        load_points(tmp_path)
