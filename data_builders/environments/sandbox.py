@@ -203,17 +203,18 @@ from __future__ import annotations
 import os
 import resource
 import selectors
-import shutil
 import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["SandboxLimits", "SandboxResult", "run_python"]
+from .isolation import IsolationUnavailable, boundary, bwrap_argv, layers, require
+from .isolation import required as isolation_required
+
+__all__ = ["IsolationUnavailable", "SandboxLimits", "SandboxResult", "layers", "run_python"]
 
 
 @dataclass(frozen=True)
@@ -259,44 +260,6 @@ _PRELOAD_WALL_S = 30.0
 _CHILD_SOURCE = Path(__file__).with_name("sandbox_child.py").read_text(encoding="utf-8")
 
 
-_namespace_lock = threading.Lock()
-_namespace_cache: list[str] | None = None
-
-
-def _probe_namespaces() -> list[str]:
-    """Return the ``unshare`` prefix that works here, or ``[]`` (layer 2 is optional)."""
-    exe = shutil.which("unshare")
-    if exe is None or os.geteuid() != 0:
-        return []
-    check = "import os; raise SystemExit(0 if os.getpid() == 1 else 3)"
-    candidates = (
-        [exe, "--net", "--pid", "--ipc", "--uts", "--mount", "--mount-proc", "--fork", "--kill-child", "--"],
-        [exe, "--net", "--pid", "--ipc", "--uts", "--fork", "--kill-child", "--"],
-    )
-    for prefix in candidates:
-        try:
-            done = subprocess.run(
-                [*prefix, sys.executable, "-I", "-S", "-c", check],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                timeout=10,
-            )
-        except (OSError, subprocess.SubprocessError):
-            continue
-        if done.returncode == 0:
-            return prefix
-    return []
-
-
-def _namespace_prefix() -> list[str]:
-    global _namespace_cache
-    with _namespace_lock:
-        if _namespace_cache is None:
-            _namespace_cache = _probe_namespaces()
-        return list(_namespace_cache)
-
-
 def _kill_group(pid: int) -> None:
     try:
         os.killpg(pid, signal.SIGKILL)
@@ -311,22 +274,29 @@ def _signal_name(signum: int) -> str:
         return f"signal {signum}"
 
 
-def run_python(code: str, limits: SandboxLimits = SandboxLimits(), *, namespaces: bool = True,
-               preload: tuple[str, ...] = ()) -> SandboxResult:
+def run_python(code: str, limits: SandboxLimits = SandboxLimits(), *, isolation: bool = True,
+               preload: tuple[str, ...] = (), require_isolation: bool | None = None) -> SandboxResult:
     """Run ``code`` in a fresh sandboxed interpreter; see the module docstring.
 
-    ``namespaces=False`` skips layer 2 even where it is available: the mode every non-root user gets, which
-    the tests force as root to check that the other layers hold on their own. ``preload`` names modules the
-    child imports before the audit hook is armed ("Preloaded libraries" in the module docstring).
+    ``isolation=False`` leaves out the OS boundary (layer 2) even where it is available: what a machine without
+    user namespaces gets, which the tests use to show that the inner layers hold on their own. ``preload``
+    names modules the child imports before the audit hook is armed ("Preloaded libraries" in the module
+    docstring). ``require_isolation`` (default: the ``TOOLWISE_SANDBOX_REQUIRE_ISOLATION`` environment
+    variable, which ``sandbox.require_isolation=true`` sets) raises :class:`IsolationUnavailable` instead of
+    running without the whole OS boundary.
     """
     if not isinstance(code, str):
         raise TypeError(f"code must be str, not {type(code).__name__}")
     for name in preload:
         if not name or not all(part.isidentifier() for part in name.split(".")):
             raise ValueError(f"preload: not a module name: {name!r}")
+    if require_isolation is None:
+        require_isolation = isolation_required()
+    if require_isolation:
+        require(isolation)
     start = time.monotonic()
     try:
-        return _run(code, limits, start, namespaces, tuple(preload))
+        return _run(code, limits, start, isolation, tuple(preload))
     except Exception as exc:  # the sandbox itself failed (no fork, disk full, ...)
         return SandboxResult(
             stdout="",
@@ -339,8 +309,9 @@ def run_python(code: str, limits: SandboxLimits = SandboxLimits(), *, namespaces
         )
 
 
-def _run(code: str, limits: SandboxLimits, start: float, namespaces: bool, preload: tuple[str, ...]) -> SandboxResult:
+def _run(code: str, limits: SandboxLimits, start: float, isolation: bool, preload: tuple[str, ...]) -> SandboxResult:
     cpu_s = max(1, int(-(-limits.cpu_s // 1)))  # RLIMIT_CPU has whole seconds
+    walls = boundary()
     with tempfile.TemporaryDirectory(prefix="toolwise-sandbox-", ignore_cleanup_errors=True) as base:
         base = os.path.realpath(base)
         # The code file sits next to, not inside, the writable directory so
@@ -350,18 +321,31 @@ def _run(code: str, limits: SandboxLimits, start: float, namespaces: bool, prelo
         code_path = os.path.join(base, "code.py")
         with open(code_path, "wb") as f:
             f.write(code.encode("utf-8", "surrogatepass"))
+        read_only = [code_path]
+        filter_path = ""
+        if walls.seccomp is not None:
+            filter_path = os.path.join(base, "seccomp.bpf")
+            with open(filter_path, "wb") as f:
+                f.write(walls.seccomp)
+            read_only.append(filter_path)
+        wrapper = []
+        if isolation and walls.bwrap is not None:
+            wrapper = bwrap_argv(walls.bwrap, work=work, read_only=tuple(read_only),
+                                 work_bytes=limits.max_total_bytes)
         report_r, report_w = os.pipe()
         try:
             argv = [
-                *(_namespace_prefix() if namespaces else []),
+                *wrapper,
                 sys.executable, "-I", "-X", "utf8", "-u", "-c", _CHILD_SOURCE,
                 work, code_path, str(report_w), str(limits.memory_mb * 1024 * 1024), str(cpu_s),
                 str(limits.max_file_bytes), str(_NOFILE), repr(limits.wall_s + 2.0), ",".join(preload),
-                str(limits.max_total_bytes),
+                str(limits.max_total_bytes), filter_path,
             ]
             env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "HOME": work, "TMPDIR": work,
                    # One BLAS/OpenMP thread: a pool per core would not fit RLIMIT_AS on a many-core host.
                    "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+            if wrapper:  # bwrap --clearenv: the child's environment is set inside, from these
+                argv[len(wrapper) - 1:len(wrapper) - 1] = [a for k, v in env.items() for a in ("--setenv", k, v)]
             try:
                 proc = subprocess.Popen(
                     argv,
@@ -377,7 +361,7 @@ def _run(code: str, limits: SandboxLimits, start: float, namespaces: bool, prelo
             finally:
                 os.close(report_w)
             try:
-                return _supervise(proc, report_r, limits, cpu_s, start, bool(preload))
+                return _supervise(proc, report_r, limits, cpu_s, start, bool(preload), bool(wrapper))
             finally:
                 for stream in (proc.stdout, proc.stderr):
                     if stream is not None:
@@ -387,8 +371,8 @@ def _run(code: str, limits: SandboxLimits, start: float, namespaces: bool, prelo
 
 
 def _supervise(proc: subprocess.Popen, report_r: int, limits: SandboxLimits, cpu_s: int,
-               start: float, preloading: bool) -> SandboxResult:
-    try:  # the unshare wrapper (if any) is not under the child's own RLIMIT_CORE
+               start: float, preloading: bool, wrapped: bool) -> SandboxResult:
+    try:  # the bwrap wrapper (if any) is not under the child's own RLIMIT_CORE
         resource.prlimit(proc.pid, resource.RLIMIT_CORE, (0, 0))
     except (OSError, ValueError):
         pass
@@ -479,28 +463,27 @@ def _supervise(proc: subprocess.Popen, report_r: int, limits: SandboxLimits, cpu
         return result(returncode, "timeout", f"TimeoutError: wall-clock limit of {limits.wall_s:g}s exceeded")
     if report is not None:
         return result(report["exit_code"], report["kind"], report["error"])
-    if returncode < 0:
-        signum = -returncode
+    signum = -returncode if returncode < 0 else 0
+    if wrapped and returncode > 128 and ready:
+        # bwrap exits with 128 + N when the child it waits for was killed by signal N.
+        signum = returncode - 128
+    if signum:
         if signum == signal.SIGXCPU or (signum == signal.SIGKILL and cpu_used >= cpu_offset + cpu_s - 0.05):
             return result(returncode, "timeout", f"TimeoutError: CPU time limit of {cpu_s}s exceeded")
         if signum == signal.SIGKILL:
             # Not us, not the CPU limit: the kernel's OOM killer.
             return result(returncode, "memory", "MemoryError: process killed by the kernel (out of memory)")
         return result(returncode, "crash", f"ProcessCrashed: killed by {_signal_name(signum)}")
-    if returncode != 0 and cpu_used >= cpu_offset + cpu_s - 0.05:
-        # The CPU hard limit's SIGKILL, seen through the unshare wrapper, which exits 1 ("unshare:
-        # sigprocmask unblock failed") instead of passing the signal on.
-        return result(returncode, "timeout", f"TimeoutError: CPU time limit of {cpu_s}s exceeded")
     if returncode == 124:
         # Only the child's watchdog exits with 124 without a report, and it
         # fires after the wall-clock limit the parent enforces anyway.
         return result(returncode, "timeout", f"TimeoutError: wall-clock limit of {limits.wall_s:g}s exceeded")
     if returncode == 0:
         return result(0, None, None)
-    if stderr.startswith("unshare: "):
-        # The namespace wrapper failed before Python started (the probe passed
-        # earlier, so the host changed): the code never ran.
-        return result(returncode, "sandbox_error", f"SandboxError: {stderr.strip()}")
+    if not ready:
+        # The child never reached the code (its "+ready" line comes first): bwrap or the interpreter failed to
+        # start, e.g. the host stopped allowing namespaces after the probe.
+        return result(returncode, "sandbox_error", "SandboxError: " + (stderr.strip() or f"exit {returncode}"))
     return result(returncode, "exit", f"SystemExit: {returncode}")
 
 

@@ -19,6 +19,7 @@ def _sandbox_bootstrap(argv):
     watchdog_s = float(argv[8])
     preload = [name for name in argv[9].split(",") if name]
     disk_quota = int(argv[10])
+    seccomp_path = argv[11]
     _write, _exit, _out, _err = posix.write, posix._exit, sys.stdout, sys.stderr
 
     def report(kind, error, code, BaseException=BaseException, encode=str.encode, hexlify=bytes.hex):
@@ -69,8 +70,6 @@ def _sandbox_bootstrap(argv):
             __import__(name)
         except Exception:
             pass
-    for name in [name for name in sys.modules if name in ("ctypes", "_ctypes") or name.startswith("ctypes.")]:
-        del sys.modules[name]
     # The code's CPU budget starts now; the parent learns the offset (its SIGKILL classification) and
     # starts the code's wall-clock limit from this line.
     usage = resource.getrusage(resource.RUSAGE_SELF)
@@ -82,6 +81,33 @@ def _sandbox_bootstrap(argv):
             ready = ready[_write(report_fd, ready):]
     except BaseException as exc:
         report("sandbox_error", "SandboxError: %s: %s" % (type(exc).__name__, exc), 70)
+
+    # The seccomp filter (isolation.py), once the limits are final (it refuses raising them): from here on no
+    # execve, fork, memfd or network socket, whatever the code loads. Loaded through ctypes, which is still
+    # trusted here and leaves sys.modules just below; a filter that can't be loaded ends the run (fail
+    # closed) rather than running the code without it.
+    if seccomp_path:
+        try:
+            import ctypes
+
+            with open(seccomp_path, "rb") as f:
+                program = f.read()
+
+            class SockFprog(ctypes.Structure):
+                _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            buffer = ctypes.create_string_buffer(program, len(program))
+            fprog = SockFprog(len(program) // 8, ctypes.addressof(buffer))
+            PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
+            if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 or \
+                    libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
+                raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP) failed")
+            del libc, buffer, fprog, SockFprog, program
+        except BaseException as exc:
+            report("sandbox_error", "SandboxError: seccomp: %s: %s" % (type(exc).__name__, exc), 70)
+    for name in [name for name in sys.modules if name in ("ctypes", "_ctypes") or name.startswith("ctypes.")]:
+        del sys.modules[name]
 
     # Layer 5: import every built-in module now, so that a later import of one
     # means someone removed it from sys.modules to get a pristine copy.

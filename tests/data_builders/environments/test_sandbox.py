@@ -8,9 +8,11 @@ unique /tmp path the code tries to create must not exist afterwards, and the
 test process's CPU affinity is unchanged. ``{harness}`` in a case is the test
 process's PID, standing for the harness.
 
-Every test runs twice: with the namespace layer (used as root where
-``unshare`` works) and without it (``namespaces=False``, what a normal user
-gets), so the other layers are shown to hold on their own.
+Every test runs twice: inside the OS boundary (namespaces via bubblewrap, the
+default) and without it (``isolation=False``, what a machine without user
+namespaces gets), so the inner layers are shown to hold on their own.
+tests/data_builders/environments/test_sandbox_native.py attacks the boundary
+itself with native code, as root and as a non-root uid.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from dataclasses import dataclass, replace
 
 import pytest
 
-from data_builders.environments import sandbox
+from data_builders.environments import isolation, sandbox
 from data_builders.environments.sandbox import SandboxLimits, SandboxResult, run_python
 
 # Small limits keep the suite fast on 2 cores; the attacks don't need more.
@@ -51,6 +53,12 @@ class Case:
     error: str | None = None  # regex searched in result.error
     stdout: str | None = None  # exact expected stdout
     limits: SandboxLimits = LIMITS
+    # (kind, error regex) inside the OS boundary where it differs: a target outside the read-only view does not
+    # exist there, so the attack fails before the audit hook is asked.
+    isolated: tuple[str | None, str | None] | None = None
+
+
+NOT_IN_VIEW = ("exception", r"^FileNotFoundError: ")
 
 
 # linux/fs.h: _IOR/_IOW('f', 1/2, long); the kernel reads and writes an int.
@@ -102,8 +110,8 @@ def _clear_inode_flags(directory: str) -> None:
                     os.close(fd)
 
 
-@pytest.fixture(params=[True, False], ids=["namespaces", "no_namespaces"])
-def namespaces(request):
+@pytest.fixture(params=[True, False], ids=["isolated", "inner_layers"])
+def isolation_on(request):
     return request.param
 
 
@@ -134,17 +142,18 @@ def stray():
         os.remove(path)
 
 
-def _run_attack(case: Case, canary: str, stray: str, affinity: set[int], namespaces: bool) -> SandboxResult:
+def _run_attack(case: Case, canary: str, stray: str, affinity: set[int], isolation_on: bool) -> SandboxResult:
     code = case.code.replace("{canary}", canary).replace("{stray}", stray).replace("{harness}", str(os.getpid()))
     before = _snapshot(canary)
-    result = run_python(code, case.limits, namespaces=namespaces)
+    result = run_python(code, case.limits, isolation=isolation_on)
+    kind, error = case.isolated if isolation_on and case.isolated else (case.kind, case.error)
     assert result.wall_s <= case.limits.wall_s + SLACK_S, result
-    assert result.error_kind == case.kind, result
-    if case.error is not None:
-        assert result.error is not None and re.search(case.error, result.error), result
+    assert result.error_kind == kind, result
+    if error is not None:
+        assert result.error is not None and re.search(error, result.error), result
     if case.stdout is not None:
         assert result.stdout == case.stdout, result
-    assert result.timed_out == (case.kind == "timeout")
+    assert result.timed_out == (kind == "timeout")
     assert _snapshot(canary) == before, "a file outside the sandbox changed"
     assert not os.path.lexists(stray), "a stray file appeared in /tmp"
     assert os.sched_getaffinity(0) == affinity, "the harness's CPU affinity changed"
@@ -220,7 +229,8 @@ ATTACKS = [
          "forbidden", FORBIDDEN + "writing outside"),
     Case("dir_fd_escape",
          "import os\nfd = os.open('{canary}', os.O_RDONLY)\nos.open('evil.txt', os.O_WRONLY | os.O_CREAT, dir_fd=fd)",
-         "forbidden", FORBIDDEN + "opening a directory outside"),
+         "forbidden", FORBIDDEN + "opening a directory outside",
+         isolated=NOT_IN_VIEW),
     Case("proc_self_cwd", "import os\nos.chdir('{canary}')\nopen('/proc/self/cwd/x.txt', 'w')", "forbidden",
          FORBIDDEN + "os.chdir outside"),
     Case("proc_self_cwd_dotdot", "open('/proc/self/cwd/../x.txt', 'w')", "forbidden", FORBIDDEN + "writing outside"),
@@ -236,7 +246,8 @@ ATTACKS = [
          FORBIDDEN + "os.link"),
     Case("os_chmod", "import os\nos.chmod('{canary}/keep.txt', 0o777)", "forbidden", FORBIDDEN + "os.chmod outside"),
     Case("os_fchmod_read_fd", "import os\nfd = os.open('{canary}/keep.txt', os.O_RDONLY)\nos.fchmod(fd, 0o777)",
-         "forbidden", FORBIDDEN + "os.chmod outside"),
+         "forbidden", FORBIDDEN + "os.chmod outside",
+         isolated=NOT_IN_VIEW),
     Case("os_utime", "import os\nos.utime('{canary}/keep.txt', (0, 0))", "forbidden", FORBIDDEN + "os.utime outside"),
     Case("os_truncate", "import os\nos.truncate('{canary}/keep.txt', 0)", "forbidden",
          FORBIDDEN + "os.truncate outside"),
@@ -257,8 +268,11 @@ ATTACKS = [
     # --- native code --------------------------------------------------------
     Case("ctypes_system", "import ctypes\nctypes.CDLL(None).system(b'touch {stray}')", "forbidden",
          FORBIDDEN + "import of ctypes"),
-    Case("ctypes_via_importlib", "import importlib\nimportlib.import_module('_ctypes')", "forbidden",
-         FORBIDDEN + "import of _ctypes"),
+    # The bootstrap loads seccomp through ctypes, so the extension module _ctypes stays initialised and
+    # importlib hands it out again without an import event; every ctypes operation is still refused.
+    Case("ctypes_via_importlib",
+         "import importlib\n_ctypes = importlib.import_module('_ctypes')\n_ctypes.dlopen(None)", "forbidden",
+         FORBIDDEN + r"(import of _ctypes|ctypes\.dlopen)"),
     # --- signals, sessions, the harness -------------------------------------
     Case("kill_parent", "import os\nos.kill(os.getppid(), 9)", "forbidden", FORBIDDEN + "os.kill"),
     Case("kill_everything", "import os\nos.kill(-1, 9)", "forbidden", FORBIDDEN + "os.kill"),
@@ -340,15 +354,19 @@ ATTACKS = [
     # --- inode flags and locks (no write check sees them) -----------------------
     Case("chattr_immutable",
          "import array, fcntl, os\nfd = os.open('{canary}/keep.txt', os.O_RDONLY)\n"
-         "fcntl.ioctl(fd, 0x40086602, array.array('i', [0x10]))", "forbidden", FORBIDDEN + "fcntl.ioctl"),
+         "fcntl.ioctl(fd, 0x40086602, array.array('i', [0x10]))", "forbidden", FORBIDDEN + "fcntl.ioctl",
+         isolated=NOT_IN_VIEW),
     Case("chattr_append_only_via_file_object",
          "import array, fcntl\n"
          "with open('{canary}/sub/inner.txt', 'rb') as f:\n    fcntl.ioctl(f, 0x40086602, array.array('i', [0x20]))",
-         "forbidden", FORBIDDEN + "fcntl.ioctl"),
+         "forbidden", FORBIDDEN + "fcntl.ioctl",
+         isolated=NOT_IN_VIEW),
     Case("flock_outside", "import fcntl\nf = open('{canary}/keep.txt')\nfcntl.flock(f, fcntl.LOCK_EX)",
-         "forbidden", FORBIDDEN + "locking outside"),
+         "forbidden", FORBIDDEN + "locking outside",
+         isolated=NOT_IN_VIEW),
     Case("lockf_outside", "import fcntl\nf = open('{canary}/keep.txt')\nfcntl.lockf(f, fcntl.LOCK_SH)",
-         "forbidden", FORBIDDEN + "locking outside"),
+         "forbidden", FORBIDDEN + "locking outside",
+         isolated=NOT_IN_VIEW),
     # --- time ------------------------------------------------------------------
     Case("busy_loop", "print('spin')\nwhile True: pass", "timeout", r"^TimeoutError: CPU time", stdout="spin\n"),
     Case("sleep", "import time\nprint('start')\ntime.sleep(100)", "timeout", r"^TimeoutError: wall-clock",
@@ -413,41 +431,50 @@ ATTACKS = [
 
 
 @pytest.mark.parametrize("case", ATTACKS, ids=[c.id for c in ATTACKS])
-def test_attack(case, canary, stray, affinity, namespaces):
-    _run_attack(case, canary, stray, affinity, namespaces)
+def test_attack(case, canary, stray, affinity, isolation_on):
+    _run_attack(case, canary, stray, affinity, isolation_on)
 
 
 def test_attack_ids_are_unique():
     assert len({c.id for c in ATTACKS}) == len(ATTACKS)
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or not sandbox._namespace_prefix(), reason="namespaces need root and unshare")
-def test_namespaces_switch():
-    # PID 1 of a fresh PID namespace with the layer, the host's PID space without it.
-    with_ns = run_python("import os\nprint(os.getpid())", LIMITS)
-    without = run_python("import os\nprint(os.getpid())", LIMITS, namespaces=False)
-    assert with_ns.stdout == "1\n", with_ns
-    assert without.error_kind is None and without.stdout != "1\n", without
+def test_the_os_boundary_is_in_force_here():
+    # CI and development machines allow user namespaces and have libseccomp: a missing layer is a failure here,
+    # not a skip (the attack cases would pass on the inner layers alone and prove nothing about the boundary).
+    walls = isolation.boundary()
+    assert walls.complete, walls.missing
+    assert "namespaces" in sandbox.layers() and "seccomp" in sandbox.layers() and "missing" not in sandbox.layers()
 
 
-def test_harness_environment_stays_secret(namespaces):
+def test_isolated_code_is_pid_1_with_loopback_only_and_an_unprivileged_uid():
+    code = ("import os\nprint(os.getpid(), os.getuid(), os.getgid(), sorted(os.listdir('/proc'))[:0],"
+            " [l.split(':')[0].strip() for l in open('/proc/net/dev').read().splitlines()[2:]],"
+            " [p for p in os.listdir('/proc') if p.isdigit()])")
+    with_os = run_python(code, LIMITS)
+    without = run_python(code, LIMITS, isolation=False)
+    assert with_os.error_kind is None and with_os.stdout == "1 65534 65534 [] ['lo'] ['1']\n", with_os
+    assert without.error_kind is None and not without.stdout.startswith("1 "), without
+
+
+def test_harness_environment_stays_secret(isolation_on):
     # What the harness was started with is in its /proc/<pid>/environ (API keys live there).
     with open("/proc/self/environ", "rb") as f:
         secrets = [v for v in f.read().split(b"\0") if len(v) > 8]
     code = (f"import os\nfor p in ('/proc/{os.getpid()}/environ', '/proc/{os.getppid()}/environ'):\n"
             "    try:\n        print(open(p, 'rb').read())\n"
             "    except OSError as e:\n        print(type(e).__name__)\n")
-    result = run_python(code, LIMITS, namespaces=namespaces)
+    result = run_python(code, LIMITS, isolation=isolation_on)
     assert result.error_kind is None, result
     assert result.stdout == "PermissionError\nPermissionError\n", result
     assert not any(v.decode("utf-8", "replace") in result.stdout for v in secrets)
 
 
-def test_own_proc_entries_stay_readable(namespaces):
+def test_own_proc_entries_stay_readable(isolation_on):
     code = ("import os\nprint(len(open('/proc/self/status').read()) > 0,"
             " len(open('/proc/thread-self/comm').read()) > 0,"
             " len(open(f'/proc/{os.getpid()}/cmdline', 'rb').read()) > 0, open('/proc/mounts').read() != '')")
-    result = run_python(code, LIMITS, namespaces=namespaces)
+    result = run_python(code, LIMITS, isolation=isolation_on)
     assert result.error_kind is None and result.stdout == "True True True True\n", result
 
 
@@ -457,28 +484,28 @@ def test_own_proc_entries_stay_readable(namespaces):
     "import builtins\nbuiltins.len = builtins.any = builtins.type = None",
     "import json\njson._default_encoder = None",
 ], ids=["isinstance", "str", "len_any_type", "json_encoder"])
-def test_tampering_then_forbidden_write_is_forbidden(tamper, stray, namespaces):
-    result = run_python(f"{tamper}\nopen('{stray}', 'w')", LIMITS, namespaces=namespaces)
+def test_tampering_then_forbidden_write_is_forbidden(tamper, stray, isolation_on):
+    result = run_python(f"{tamper}\nopen('{stray}', 'w')", LIMITS, isolation=isolation_on)
     assert result.error_kind == "forbidden", result
     assert result.error == f"PermissionError: [sandbox] writing outside the sandbox directory: {stray}", result
     assert result.stderr.endswith(f"PermissionError: [sandbox] writing outside the sandbox directory: {stray}\n")
     assert not os.path.lexists(stray)
 
 
-def test_normal_code_prints_exact_stdout(namespaces):
+def test_normal_code_prints_exact_stdout(isolation_on):
     result = run_python("print('hello')\nprint(sum(range(10)))\nprint('  trailing spaces  ')\n\n", LIMITS,
-                        namespaces=namespaces)
+                        isolation=isolation_on)
     assert result == SandboxResult(stdout="hello\n45\n  trailing spaces  \n", stderr="", exit_code=0,
                                    timed_out=False, error_kind=None, error=None, wall_s=result.wall_s)
 
 
-def test_unicode_output_round_trips(namespaces):
-    result = run_python("print('héllo ✓ 日本')", LIMITS, namespaces=namespaces)
+def test_unicode_output_round_trips(isolation_on):
+    result = run_python("print('héllo ✓ 日本')", LIMITS, isolation=isolation_on)
     assert result.error_kind is None and result.stdout == "héllo ✓ 日本\n"
 
 
-def test_exception_reports_class_message_and_partial_stdout(namespaces):
-    result = run_python("print('partial')\nraise ValueError('bad value')", LIMITS, namespaces=namespaces)
+def test_exception_reports_class_message_and_partial_stdout(isolation_on):
+    result = run_python("print('partial')\nraise ValueError('bad value')", LIMITS, isolation=isolation_on)
     assert result.error_kind == "exception"
     assert result.error == "ValueError: bad value"
     assert result.stdout == "partial\n"
@@ -486,13 +513,13 @@ def test_exception_reports_class_message_and_partial_stdout(namespaces):
     assert "Traceback (most recent call last)" in result.stderr and "ValueError: bad value" in result.stderr
 
 
-def test_syntax_error_is_an_exception(namespaces):
-    result = run_python("def broken(:\n    pass", LIMITS, namespaces=namespaces)
+def test_syntax_error_is_an_exception(isolation_on):
+    result = run_python("def broken(:\n    pass", LIMITS, isolation=isolation_on)
     assert result.error_kind == "exception"
     assert result.error.startswith("SyntaxError: ") and "<string>, line 1" in result.error
 
 
-def test_files_inside_the_sandbox_work_and_vanish(namespaces):
+def test_files_inside_the_sandbox_work_and_vanish(isolation_on):
     code = (
         "import os, pathlib, shutil, tempfile\n"
         "with open('a.txt', 'w') as f:\n    f.write('one')\n"
@@ -504,59 +531,70 @@ def test_files_inside_the_sandbox_work_and_vanish(namespaces):
         "shutil.rmtree('d')\n"
         "print(os.getcwd())\n"
     )
-    result = run_python(code, LIMITS, namespaces=namespaces)
+    result = run_python(code, LIMITS, isolation=isolation_on)
     assert result.error_kind is None, result
     first, cwd = result.stdout.splitlines()
     assert first == "one two ['b.txt', 'c.txt', 'e.txt'] b'3'"
     assert not os.path.exists(cwd), "the sandbox directory must be removed afterwards"
 
 
-def test_reading_outside_files_is_allowed(namespaces):
-    result = run_python("import json, csv, decimal\nprint(open('/etc/hostname').read() != '' or True)", LIMITS,
-                        namespaces=namespaces)
+def test_reading_outside_files_is_allowed(isolation_on):
+    result = run_python("import json, csv, decimal, os\nprint(open(os.__file__).read() != '')", LIMITS,
+                        isolation=isolation_on)
     assert result.error_kind is None and result.stdout == "True\n", result
 
 
-def test_fresh_globals_and_no_state_between_runs(namespaces):
+def test_the_harness_files_are_outside_the_view(tmp_path, isolation_on):
+    # The inner layers let the code read what the harness's user can; the OS boundary shows it only /usr, the
+    # interpreter and its own directory, so keys and data beside the harness are not there at all.
+    secret = tmp_path / "api_key.txt"
+    secret.write_text("sk-secret\n")
+    code = f"try:\n    print(open({str(secret)!r}).read().strip())\nexcept OSError as e:\n    print(type(e).__name__)"
+    result = run_python(code, LIMITS, isolation=isolation_on)
+    assert result.error_kind is None, result
+    assert result.stdout == ("FileNotFoundError\n" if isolation_on else "sk-secret\n"), result
+
+
+def test_fresh_globals_and_no_state_between_runs(isolation_on):
     first = run_python("x = 41\nprint(__name__, sorted(k for k in globals() if not k.startswith('__')))", LIMITS,
-                       namespaces=namespaces)
-    second = run_python("print('x' in globals())", LIMITS, namespaces=namespaces)
+                       isolation=isolation_on)
+    second = run_python("print('x' in globals())", LIMITS, isolation=isolation_on)
     assert first.stdout == "__main__ ['x']\n"
     assert second.stdout == "False\n"
 
 
-def test_stdin_is_closed(namespaces):
-    result = run_python("input()", LIMITS, namespaces=namespaces)
+def test_stdin_is_closed(isolation_on):
+    result = run_python("input()", LIMITS, isolation=isolation_on)
     assert result.error_kind == "exception" and result.error.startswith("EOFError")
 
 
-def test_asyncio_and_threads_still_work(namespaces):
+def test_asyncio_and_threads_still_work(isolation_on):
     code = (
         "import asyncio, concurrent.futures\n"
         "async def main():\n    await asyncio.sleep(0.01)\n    return 6 * 7\n"
         "print(asyncio.run(main()))\n"
         "with concurrent.futures.ThreadPoolExecutor(2) as ex:\n    print(sum(ex.map(abs, [-1, -2])))\n"
     )
-    result = run_python(code, LIMITS, namespaces=namespaces)
+    result = run_python(code, LIMITS, isolation=isolation_on)
     assert result.error_kind is None and result.stdout == "42\n3\n", result
 
 
-def test_caught_forbidden_operation_lets_the_code_continue(namespaces):
+def test_caught_forbidden_operation_lets_the_code_continue(isolation_on):
     code = "import os\ntry:\n    os.system('true')\nexcept PermissionError as e:\n    print('blocked')"
-    result = run_python(code, LIMITS, namespaces=namespaces)
+    result = run_python(code, LIMITS, isolation=isolation_on)
     assert result.error_kind is None and result.stdout == "blocked\n"
 
 
-def test_output_limit_keeps_the_first_bytes(namespaces):
-    result = run_python("print('x' * 10_000_000)", LIMITS, namespaces=namespaces)
+def test_output_limit_keeps_the_first_bytes(isolation_on):
+    result = run_python("print('x' * 10_000_000)", LIMITS, isolation=isolation_on)
     assert result.stdout == "x" * LIMITS.max_output_bytes
 
 
-def test_forged_report_cannot_claim_other_kinds(namespaces):
+def test_forged_report_cannot_claim_other_kinds(isolation_on):
     # The report pipe is visible to the code; a forged report may only lie
     # about the code's own outcome and garbage is ignored.
     code = "import os\nfor fd in range(3, 20):\n    try:\n        os.write(fd, b'{not json')\n    except OSError:\n        pass\nraise ValueError('real')"
-    result = run_python(code, LIMITS, namespaces=namespaces)
+    result = run_python(code, LIMITS, isolation=isolation_on)
     assert result.error_kind == "exception" and result.error == "ValueError: real"
 
 
@@ -567,25 +605,25 @@ def test_non_string_code_is_a_programming_error():
 
 # ------------------------------------------------------------- preloaded libraries (as the original imports them)
 
-def test_preloaded_library_import_does_not_count_against_the_limits(namespaces):
+def test_preloaded_library_import_does_not_count_against_the_limits(isolation_on):
     # numpy is imported before the hook; its import time is outside the code's CPU and wall-clock limits,
     # which still end a busy loop as a time-out (not as an OOM kill or a sandbox error).
-    result = run_python("import numpy\nprint(numpy.int64(7))\nwhile True:\n    pass", LIMITS, namespaces=namespaces,
+    result = run_python("import numpy\nprint(numpy.int64(7))\nwhile True:\n    pass", LIMITS, isolation=isolation_on,
                         preload=("numpy",))
     assert result.error_kind == "timeout" and result.stdout == "7\n", result
 
 
-def test_preload_closes_ctypes_again(stray, namespaces):
+def test_preload_closes_ctypes_again(stray, isolation_on):
     # pandas, scipy and sympy load ctypes; afterwards it is out of sys.modules, so importing it is refused.
     code = f"import sys\nprint('ctypes' in sys.modules)\nimport ctypes\nctypes.CDLL(None).system(b'touch {stray}')"
-    result = run_python(code, LIMITS, namespaces=namespaces, preload=("sympy",))
+    result = run_python(code, LIMITS, isolation=isolation_on, preload=("sympy",))
     assert result.error_kind == "forbidden" and result.stdout == "False\n", result
     assert result.error == "PermissionError: [sandbox] import of ctypes is not allowed"
     assert not os.path.exists(stray)
 
 
-def test_preload_of_a_missing_module_is_skipped(namespaces):
-    result = run_python("import toolwise_no_such_library", LIMITS, namespaces=namespaces,
+def test_preload_of_a_missing_module_is_skipped(isolation_on):
+    result = run_python("import toolwise_no_such_library", LIMITS, isolation=isolation_on,
                         preload=("toolwise_no_such_library",))
     assert result.error == "ModuleNotFoundError: No module named 'toolwise_no_such_library'", result
 
