@@ -18,6 +18,8 @@ from tqdm.auto import tqdm
 
 from recipes import CONFIG_DIR
 
+from .backends import malloc
+from .environments.isolation import announce as announce_sandbox
 from .executors import executor_from_config
 from .features import FEATURIZERS
 from .agent.loop import Agent
@@ -66,6 +68,7 @@ def label_shard(engine, shard: tuple, progress=None) -> tuple[list[dict], dict]:
 def run(cfg: DictConfig, command: str | None = None) -> dict:
     """Build (or resume) ``cfg.out_dir``; ``command`` is recorded in the manifest as how to rebuild it."""
     kind = cfg.kind
+    announce_sandbox(cfg)
     if kind not in LABELERS:
         raise ValueError(f"unknown kind {kind!r}; choose one of {sorted(LABELERS)}")
     tasks = [t for split in cfg.splits for t in tasks_from_config(cfg, split)]
@@ -117,6 +120,7 @@ def run(cfg: DictConfig, command: str | None = None) -> dict:
     return {"points": len(ds), "positives": positives}
 
 
+@malloc.cli_opt_in   # this process is the job's: CPU backends may tune malloc (data_builders/backends/malloc.py)
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="build")
 def main(cfg: DictConfig) -> None:
     run(cfg, "python -m data_builders.build " + " ".join(HydraConfig.get().overrides.task))

@@ -42,6 +42,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from .backends import loading   # called through the module: tests replace backend_from_config
+from .environments.isolation import REQUIRE_ENV
 
 log = logging.getLogger(__name__)
 
@@ -217,8 +218,11 @@ class RayExecutor:
             self.close()
             raise
         threads = cfg.torch_threads or max(1, int(cfg.num_cpus))
+        # Workers run model-written code too: a run that requires the sandbox's OS boundary requires it there.
+        env_vars = {REQUIRE_ENV: os.environ[REQUIRE_ENV]} if REQUIRE_ENV in os.environ else {}
         remote = ray.remote(EngineWorker).options(num_cpus=cfg.num_cpus, num_gpus=cfg.num_gpus,
-                                                  max_restarts=cfg.max_retries, max_task_retries=0)
+                                                  max_restarts=cfg.max_retries, max_task_retries=0,
+                                                  runtime_env={"env_vars": env_vars} if env_vars else None)
         self.actors = [remote.remote(_plain(model), _plain(backend), threads) for _ in range(cfg.workers)]
         try:
             infos = self._get([a.info.remote() for a in self.actors], "load the model")

@@ -22,6 +22,8 @@ from recipes import CONFIG_DIR
 
 from .agent.loop import Agent, AgentConfig
 from .agent.trajectory import Trajectory, summarize, write_trajectories
+from .backends import malloc
+from .environments.isolation import announce as announce_sandbox
 from .backends.loading import backend_from_config
 from .executors import executor_from_config, spread
 from .tasks import tasks_from_config
@@ -49,6 +51,7 @@ def rollout_shard(engine, shard: tuple, progress) -> list[Trajectory]:
 
 def run(cfg: DictConfig) -> dict:
     out_dir = Path(cfg.out_dir)
+    announce_sandbox(cfg)
     # Tasks and agent settings are checked before the model loads: a typo must not cost a model load.
     tasks = tasks_from_config(cfg)
     agent_cfg = AgentConfig(mode=cfg.mode, reasoning=cfg.reasoning, **OmegaConf.to_container(cfg.agent))
@@ -98,6 +101,7 @@ def run(cfg: DictConfig) -> dict:
           f"format_error_rate={summary['format_error_rate']:.4f} tokens_per_task={summary['tokens_per_task']:.1f} "
           f"tasks={summary['tasks']}")
     return summary
+
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="rollout")

@@ -300,3 +300,19 @@ def _compile_seccomp() -> tuple[bytes | None, str]:
     if not program or len(program) % 8:
         return None, "no seccomp filter (libseccomp exported an empty program)"
     return program, ""
+
+
+def announce(cfg) -> str:
+    """Start of a run (build, rollout, evaluate): apply ``sandbox.require_isolation`` and print the layers line.
+
+    The setting travels as :data:`REQUIRE_ENV` so that every process the run starts (executor shards, Ray
+    workers) enforces it too; with it set, a machine without the boundary fails here, before the policy loads.
+    """
+    sandbox = cfg.get("sandbox") if cfg is not None else None
+    if sandbox is not None and sandbox.get("require_isolation", False):
+        os.environ[REQUIRE_ENV] = "1"
+    if required():
+        require()
+    line = layers()
+    print(line, flush=True)
+    return line
