@@ -20,16 +20,20 @@ be defeated on its own:
    ``/dev/null``, no inherited descriptors except one private report pipe, and
    ``cwd`` = a fresh directory inside a ``TemporaryDirectory`` that is deleted
    afterwards. A crash of the child can therefore never take the harness down.
-2. **Linux namespaces, when available** (``unshare --net --pid --ipc --uts
-   --mount --mount-proc --fork --kill-child``; probed once, used only if it
-   works, never required; only root gets them, and ``run_python(...,
-   namespaces=False)`` turns them off). A fresh network namespace has no
-   interfaces besides a down loopback, a PID namespace hides (and makes
-   unsignalable) every process outside it and kills all of its processes when
-   the child exits, and the private ``/proc`` hides the harness's
-   ``/proc/<pid>``. This is defence in depth for the case where the audit hook
-   (layer 4) is bypassed by a bug in CPython; the hook must and does stand on
-   its own, and the test-suite runs every case both with and without them.
+2. **The OS boundary** (:mod:`.isolation`; docs/sandbox.md has the threat
+   model). bubblewrap puts the child in new user, mount, PID, network, IPC and
+   UTS namespaces, root or not: PID 1 of its own PID namespace, uid 65534, no
+   capabilities, ``no_new_privs``, loopback as its only interface, a read-only
+   view of ``/usr`` and the interpreter (nothing of the harness's files), and
+   its working directory as a tmpfs of ``max_total_bytes``. A seccomp filter,
+   loaded by the child before the code runs, refuses ``execve``, ``fork``,
+   ``memfd_create``, network sockets and the kernel interfaces escapes use.
+   Unlike layers 4-5 these hold whatever the code imports: native modules
+   under another name, libuv, Rust writers. Where the kernel refuses user
+   namespaces or libseccomp is missing, :func:`layers` names the gap and
+   ``require_isolation`` turns it into a refusal; ``run_python(...,
+   isolation=False)`` leaves the namespaces out (the tests use it to show the
+   inner layers hold on their own).
 3. **Resource limits** set in the child before any user code: ``RLIMIT_AS``
    (memory: allocations fail with ``MemoryError``), ``RLIMIT_CPU`` (soft limit
    raises a catchable time-out via SIGXCPU; hard limit one second later is an
@@ -176,26 +180,28 @@ already-loaded ctypes classes stay reachable through the libraries and
 ``object.__subclasses__``), and the SQLite authorizer is lifted by code that
 calls ``set_authorizer(None)`` or builds a ``sqlite3.Connection`` itself. A
 run that preloads therefore holds against accidents and casual misuse, but
-against deliberate code only layers 1-3 (process, namespaces, limits) hold.
+against deliberate code only layers 1-3 (process, OS boundary, limits) hold.
 Runs that preload nothing are unchanged.
 
-Known gaps: the audit hook is not a security boundary by CPython's own
-documentation: a memory-corruption bug in CPython or in a third-party
-extension module (any native module that is not on the deny-list can make
-unaudited system calls) defeats layers 4 and 5, and then only layers 1 to 3
-remain. One narrow thread race remains in the hook (a ``pathlib`` object
-whose cached string is changed between check and use); the races through the
-working directory and through moved directories are closed by keeping the
-working directory inside the sandbox and refusing ``..`` there.
-Reads other than /proc/<pid> of other processes are unrestricted: the child
-runs with the harness's user id and can read whatever that user can (as root:
-everything), mitigated by having no network. Without namespaces, metadata of
-other processes (``os.listdir('/proc')``, ``os.stat``/``os.readlink`` under
-``/proc/<pid>``) stays visible. The disk quota is checked when a file is
-opened, not at each write: threads that open files at the same instant can each
-pass the check before the others' files exist, exceeding the quota by at most
-``max_file_bytes`` per racing thread (threads are bounded by ``RLIMIT_AS``);
-files SQLite writes itself (with ``sqlite3`` preloaded) are bounded per file only.
+Known gaps of the inner layers (3-5), which the OS boundary (layer 2) closes
+where it is in force: the audit hook is not a security boundary by CPython's
+own documentation: a native extension module that is not on the deny-list (or
+one on it, loaded under another name), libuv, or a library writing files from
+C or Rust makes system calls no hook sees; then the namespaces, the read-only
+view and the seccomp filter are what hold. One narrow thread race remains in
+the hook (a ``pathlib`` object whose cached string is changed between check
+and use); the races through the working directory and through moved
+directories are closed by keeping the working directory inside the sandbox
+and refusing ``..`` there. Without the OS boundary, reads are limited only to
+what the harness's user may read (other processes' ``/proc/<pid>`` excepted),
+and metadata of other processes (``os.listdir('/proc')``, ``os.stat``/
+``os.readlink`` under ``/proc/<pid>``) stays visible. The disk quota is checked
+when a file is opened, not at each write: threads that open files at the same
+instant can each pass the check before the others' files exist, exceeding the
+quota by at most ``max_file_bytes`` per racing thread; inside the boundary the
+tmpfs's size caps the total regardless. bwrap reports a child killed by signal
+N as exit status 128 + N, so code that calls ``os._exit(137)`` itself is
+classified as killed by SIGKILL.
 """
 
 from __future__ import annotations
