@@ -103,7 +103,7 @@ def run(cfg: DictConfig) -> dict:
     return summary
 
 
-
+@malloc.cli_opt_in   # this process is the job's: CPU backends may tune malloc (data_builders/backends/malloc.py)
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="rollout")
 def main(cfg: DictConfig) -> None:
     run(cfg)

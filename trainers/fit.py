@@ -19,6 +19,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+from data_builders.backends import malloc
 from recipes import CONFIG_DIR
 from trainers.recipe import Fitted, RunInfo
 from trainers.tracking import setup_wandb_env
@@ -66,6 +67,7 @@ def resolve(name: str):
     return getattr(importlib.import_module(module), func)
 
 
+@malloc.cli_opt_in   # this process is the job's: CPU backends may tune malloc (data_builders/backends/malloc.py)
 @hydra.main(config_path=CONFIG_DIR, config_name="fit", version_base="1.3")
 def main(cfg: DictConfig) -> float:
     hc = HydraConfig.get()

@@ -14,12 +14,9 @@ the LM head's weights nor a KV cache.
 """
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import hashlib
 import inspect
 import json
-import sys
 from contextlib import contextmanager
 from typing import Any, Hashable, Iterator, Sequence
 
@@ -35,6 +32,7 @@ except ImportError:     # older 4.x: the library's DynamicCache only
 from .base import Backend, Generation, PrefillState, SamplingParams
 from .chat import ChatText
 from .grammar import CallConstraint, GrammarCache, import_xgrammar
+from .malloc import keep_freed_memory
 
 # Config keys that say nothing about the weights' function (paths, versions, dtype bookkeeping).
 _VOLATILE_CONFIG_KEYS = {"_name_or_path", "transformers_version", "quantization_config", "torch_dtype", "dtype",
@@ -233,27 +231,6 @@ class _CallGrammar:
         return scores
 
 
-def keep_freed_memory() -> bool:
-    """Make glibc's malloc keep freed memory for reuse instead of handing it back to the kernel.
-
-    By default a large block is its own ``mmap``, unmapped when freed, and free memory at the top of the heap is
-    trimmed: on CPU each forward's large temporaries (a prefill batch's activations) are then faulted in page by
-    page, zeroed by the kernel, at every forward. The main job took 7.2 million minor page faults and 31.8 s of
-    system time that way, 1.1 million and 14.3 s with this (docs/results.md#where-the-main-jobs-time-goes). With
-    ``mmap`` off and trimming above 2 GB, the heap grows to the process's peak once and is reused: the process keeps
-    that peak, as jemalloc or tcmalloc would. Process-wide and idempotent; False where the C library has no
-    ``mallopt`` (not glibc)."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
-        return False
-    M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4     # <malloc.h>
-    return bool(mallopt(M_MMAP_MAX, 0)) and bool(mallopt(M_TRIM_THRESHOLD, 2**31 - 1))
-
-
 class _StopRecorder(StoppingCriteria):
     """The library's stop-string criterion, recording which rows it has stopped: ``generate`` returns the
     sequences but not which rows finished, and a row that completed a stop string on a segment's last step
@@ -280,8 +257,9 @@ class HFBackend(ChatText, Backend):
     #: every row while one row is still going (:meth:`_decode`). 0: one ``generate`` call for the whole budget (the
     #: previous code path, kept for benchmarks/main_job.py's side-by-side).
     decode_segment = 16
-    #: On CPU, :func:`keep_freed_memory` when the backend is made. False: glibc's defaults (the previous code path,
-    #: kept for benchmarks/main_job.py's side-by-side).
+    #: On CPU, :func:`keep_freed_memory` when the backend is made: it tunes malloc only where the process opted in
+    #: (the command-line entry points, ``TOOLWISE_MALLOC_TUNING=1``), as it is process-wide. False: glibc's
+    #: defaults even there (the previous code path, kept for benchmarks/main_job.py's side-by-side).
     tune_malloc = True
 
     def __init__(self, model, tokenizer, *, model_id: str, adapter: str | None = None, max_batch_size: int = 32,
