@@ -27,7 +27,7 @@ whatever the code imports, as a wrapper around that interpreter:
   the next glibc or BLAS that uses a syscall we did not list. System calls of a foreign ABI (i386, x32) kill the
   process (libseccomp's default for an architecture the filter does not name).
 
-What none of this stops (docs/sandbox.md, "Threat model"): a kernel exploit through a system call the filter
+What none of this stops (docs/sandbox.md, "What nothing here stops"): a kernel exploit through a system call the filter
 allows. Where the kernel refuses user namespaces (a sysctl, Ubuntu's AppArmor policy, some containers) or
 libseccomp is missing, the layer that cannot be built is named by :func:`layers` and the run goes on with the
 others, unless ``sandbox.require_isolation=true`` (or ``TOOLWISE_SANDBOX_REQUIRE_ISOLATION=1``) asks to refuse.
