@@ -107,7 +107,7 @@ def layers(isolation: bool = True) -> str:
         parts.append("seccomp (no exec/fork/memfd/network sockets)")
     parts += ["rlimits", "audit hook"]
     line = "sandbox layers: " + ", ".join(parts)
-    absent = b.missing if isolation else ("OS boundary turned off by the caller (isolation=False)",)
+    absent = b.missing if isolation else ("namespaces turned off by the caller (isolation=False)",)
     if absent:
         line += " | missing: " + "; ".join(absent)
     return line
@@ -118,7 +118,7 @@ def require(isolation: bool = True) -> None:
     b = boundary()
     if isolation and b.complete:
         return
-    missing = b.missing if isolation else ("the OS boundary was turned off by the caller (isolation=False)",)
+    missing = b.missing if isolation else ("the namespaces were turned off by the caller (isolation=False)",)
     raise IsolationUnavailable(
         "sandbox.require_isolation is set, but model-written code would run without the OS boundary:\n  - "
         + "\n  - ".join(missing)

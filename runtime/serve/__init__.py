@@ -6,7 +6,9 @@ in front of any OpenAI-compatible server (vLLM, SGLang, a hosted API).
 * :mod:`.upstream` — the upstream over httpx, its failures as 502/504;
 * :mod:`.protocol` — the request/response models (pydantic) and the OpenAI-style error body;
 * :mod:`.local` — ``upstream=local``: the policy in this process (Probe&Prefill), generating in slices;
-* :mod:`.server` — how uvicorn runs the app: its timeouts, and the request-head deadline it lacks;
+* :mod:`.server` — how uvicorn runs the app (its public settings only), the request body's deadline (ASGI), and
+  what is a reverse proxy's to bound;
+* :mod:`.disconnect` — a client that leaves cancels its request's work (``http.disconnect``);
 * :mod:`.auth`, :mod:`.metrics` — bearer keys, Prometheus metrics;
 * :mod:`.testing` — a scripted upstream and forced gates (tests, the load benchmark, trying it without a model).
 """

@@ -16,7 +16,7 @@ from omegaconf import DictConfig
 from recipes import CONFIG_DIR
 
 from .app import create_app
-from .auth import check_bind, load_api_keys
+from .auth import check_bind, is_loopback, load_api_keys
 from .server import uvicorn_config
 from .upstream import Upstream
 
@@ -56,6 +56,14 @@ def main(cfg: DictConfig) -> None:
     except (ValueError, FileNotFoundError) as e:     # a key no client could send, a key file that is not there
         raise SystemExit(f"refusing to start: {e}") from None
     check_bind(cfg.host, keys, cfg.auth.env)
+    if not is_loopback(cfg.host):
+        # uvicorn bounds neither how long a client may take to send a request head nor a connection that sends
+        # nothing (server.py says why nothing in this process can): a client beyond this machine could hold
+        # connections open at will
+        logging.getLogger(__name__).warning(
+            "serving on %s: request heads have no deadline in this process; put a reverse proxy in front that "
+            'bounds them to limits.header_timeout_s (%gs): docs/guide.md, "Gated endpoint behind a reverse proxy"',
+            cfg.host, cfg.limits.header_timeout_s)
     # Hydra's logging puts the root logger at INFO: httpx would log a line per upstream call (uvicorn logs access)
     logging.getLogger("httpx").setLevel(logging.WARNING)
     gates, upstream = build(cfg)

@@ -4,13 +4,11 @@
 and a fake upstream; ``python -m runtime.serve`` builds the real ones from the config."""
 from __future__ import annotations
 
-import asyncio
 import json
 import time
-from contextlib import asynccontextmanager, suppress
-from typing import Any, Awaitable, TypeVar
+from contextlib import asynccontextmanager
+from typing import Any
 
-import anyio
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -19,58 +17,29 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .auth import key_matches, load_api_keys
+from .disconnect import unless_disconnected
 from .gating import Gater, GatePolicy
 from .metrics import Metrics
 from .protocol import APIError, ChatRequest, validation_error
+from .server import BodyDeadline
 from .streaming import stream_completion
 from .upstream import Upstream
 
 ROUTES = {"/v1/chat/completions", "/v1/models", "/health", "/metrics"}
-T = TypeVar("T")
-DISCONNECT_POLL_S = 0.25        # how often a request in progress checks that its client is still there
 
 
-async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
-    """``work``'s result, unless the client disconnects first: then ``work`` is cancelled (a local generation stops
-    after its slice in progress, an HTTP upstream's request is dropped) and the request ends with 499, which
-    nobody reads but the metrics count. Nothing else notices a client that left: the app would go on computing
-    an answer for no one, holding the policy meanwhile."""
-    task = asyncio.ensure_future(work)
-    try:
-        while True:
-            done, _ = await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
-            if done:
-                return task.result()
-            if await request.is_disconnected():
-                task.cancel()
-                with suppress(asyncio.CancelledError):
-                    await task
-                raise APIError(499, "the client closed the connection before the answer was ready",
-                               code="client_closed")
-    finally:
-        if not task.done():     # this request itself cancelled (the server shutting down): so is its work
-            task.cancel()
-
-
-async def read_body(request: Request, limit: int, timeout_s: float = 30.0) -> bytes:
+async def read_body(request: Request, limit: int) -> bytes:
     """The request body, refused with 413 as soon as it passes ``limit`` bytes (before reading it all when
-    Content-Length says so), and with 408 (the connection then closes) when it has not all arrived within
-    ``timeout_s``: a client trickling its body must not hold a connection and a request slot forever."""
+    Content-Length says so). How long it may take to arrive is :class:`~.server.BodyDeadline`'s (408)."""
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
         raise APIError(413, f"request body of {declared} bytes exceeds the limit of {limit} bytes",
                        code="request_too_large")
     body = bytearray()
-    try:
-        with anyio.fail_after(timeout_s):
-            async for chunk in request.stream():
-                body += chunk
-                if len(body) > limit:
-                    raise APIError(413, f"request body exceeds the limit of {limit} bytes",
-                                   code="request_too_large")
-    except TimeoutError:
-        raise APIError(408, f"the request body did not arrive within {timeout_s:g} s ({len(body)} bytes read)",
-                       code="request_timeout", headers={"connection": "close"}) from None
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise APIError(413, f"request body exceeds the limit of {limit} bytes", code="request_too_large")
     return bytes(body)
 
 
@@ -154,7 +123,7 @@ def decision_headers(toolwise: dict) -> dict[str, str]:
 class CountRequests:
     """Counts every HTTP request by route and status. Plain ASGI, not ``@app.middleware("http")``: starlette's
     BaseHTTPMiddleware keeps the client's disconnect from the endpoint, so a request whose client left would
-    generate on (:func:`unless_disconnected`)."""
+    generate on (:mod:`.disconnect`)."""
 
     def __init__(self, app: Any, metrics: Metrics):
         self.app, self.metrics = app, metrics
@@ -229,6 +198,7 @@ def create_app(cfg: Any, gates: Any, upstream: Upstream) -> FastAPI:
         return JSONResponse(APIError(500, f"internal error: {type(e).__name__}", code="internal_error").body(),
                             status_code=500)
 
+    app.add_middleware(BodyDeadline, timeout_s=cfg.limits.body_timeout_s)
     app.add_middleware(CountRequests, metrics=metrics)
 
     @app.get("/health")
@@ -252,7 +222,7 @@ def create_app(cfg: Any, gates: Any, upstream: Upstream) -> FastAPI:
 
     @app.post("/v1/chat/completions", dependencies=[Depends(require_key)])
     async def chat_completions(request: Request) -> JSONResponse:
-        body, req = parse_request(await read_body(request, cfg.limits.max_body_bytes, cfg.limits.body_timeout_s),
+        body, req = parse_request(await read_body(request, cfg.limits.max_body_bytes),
                                   cfg.limits.max_messages, cfg.limits.max_json_depth)
         if req.model not in await served_models():
             raise APIError(404, f"model {req.model!r} is not served here (GET /v1/models lists them)",

@@ -1,95 +1,116 @@
-"""How uvicorn runs the endpoint: its timeouts, and the one it lacks.
+"""How the endpoint is served: uvicorn's own settings, one ASGI middleware for the request body, and what is left
+to a reverse proxy.
 
-uvicorn bounds the idle time between two requests on a kept-alive connection (``timeout_keep_alive``) and, on
-SIGTERM, how long in-flight requests may finish (``timeout_graceful_shutdown``), but nothing bounds how long a
-client may take to *send* a request: a connection that trickles its request line and headers a byte at a time
-(Slowloris) is held open forever, since every byte resets the keep-alive timer and no ASGI app runs before the
-head is complete. :class:`HeadDeadline` adds that deadline to uvicorn's HTTP protocol: from the connection's
-opening, or from the first byte of its next request, the head must be complete within ``limits.header_timeout_s``
-or the connection gets a 408 and is closed. The body is the app's to bound (``read_body`` under
-``limits.body_timeout_s``: 408 too), so the deadline ends where the app begins.
+Only public interfaces: ``uvicorn.Config``'s documented settings and the ASGI messages. Reaching into uvicorn's
+HTTP protocol classes would bound more in process, but a uvicorn release may change those without notice, and
+the protection would then be gone with no error. Who bounds what:
+
+* the request head's size: h11's ``h11_max_incomplete_event_size`` (:data:`MAX_HEAD_BYTES`), what h11 buffers
+  of a head still incomplete; past it the request is a 400 and the connection closes (a head that arrives
+  whole in one read is parsed as it is, so the bound is on memory held, per connection). ``http="h11"``
+  because httptools ignores that setting (it would be the parser whenever installed);
+* an idle kept-alive connection: ``timeout_keep_alive`` (``limits.keep_alive_s``);
+* connections open at once: ``limit_concurrency`` (:data:`MAX_CONNECTIONS`); past it a request gets uvicorn's
+  503, so a flood is refused cheaply rather than exhausting file descriptors, which the upstream's connections
+  and the model files need too;
+* SIGTERM: ``timeout_graceful_shutdown`` (``limits.shutdown_timeout_s``) for the requests in flight, then they
+  are cancelled (a local generation stops at its next slice);
+* the request body: :class:`BodyDeadline` (``limits.body_timeout_s``, 408), plain ASGI middleware, since
+  uvicorn has no body deadline but an ASGI app sees every part of a body arrive;
+* the time a client takes to send a request head, and a connection that sends nothing: no uvicorn setting
+  bounds them, and no ASGI app runs before a head is complete, so nothing in this process can without uvicorn's
+  private classes. Exposed beyond loopback, the endpoint belongs behind a reverse proxy that bounds them
+  (nginx's ``client_header_timeout``, set to ``limits.header_timeout_s``), as set out in
+  docs/guide.md, "Gated endpoint behind a reverse proxy".
+
+``limit_max_requests`` is not set: it makes the server exit after that many requests, for a process manager that
+starts a fresh worker; this process loads its gates (and with ``upstream=local`` a policy) once and has none.
 """
 from __future__ import annotations
 
-import asyncio
-import json
 from typing import Any
 
+import anyio
 import uvicorn
-from uvicorn.config import HTTP_PROTOCOLS
-from uvicorn.importer import import_from_string
 
-_TIMEOUT_BODY = json.dumps({"error": {"message": "the request head (request line and headers) did not arrive in "
-                                                 "time", "type": "invalid_request_error", "param": None,
-                                      "code": "request_timeout"}}).encode()
-REQUEST_HEAD_TIMEOUT = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\nconnection: close\r\n"
-                        b"content-length: " + str(len(_TIMEOUT_BODY)).encode() + b"\r\n\r\n" + _TIMEOUT_BODY)
+from .protocol import APIError
 
-
-class HeadDeadline:
-    """Mixed into uvicorn's HTTP protocol class (h11 or httptools; both keep the request in progress in
-    ``self.cycle``): a request's head must arrive within ``head_timeout_s``."""
-
-    head_timeout_s: float = 10.0
-    _head_timer: asyncio.TimerHandle | None = None
-
-    def connection_made(self, transport: asyncio.Transport) -> None:
-        super().connection_made(transport)  # type: ignore[misc]
-        self._arm()
-
-    def data_received(self, data: bytes) -> None:
-        if self._head_timer is None and self._between_requests():
-            self._arm()         # the first bytes of the next request on a kept-alive connection
-        super().data_received(data)  # type: ignore[misc]
-        if not self._between_requests():
-            self._disarm()      # the head is complete: the app runs (and bounds the body's reading)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm()
-        super().connection_lost(exc)  # type: ignore[misc]
-
-    def _between_requests(self) -> bool:
-        cycle = getattr(self, "cycle", None)
-        return cycle is None or cycle.response_complete
-
-    def _arm(self) -> None:
-        self._disarm()
-        self._head_timer = self.loop.call_later(self.head_timeout_s, self._head_timed_out)  # type: ignore[attr-defined]
-
-    def _disarm(self) -> None:
-        if self._head_timer is not None:
-            self._head_timer.cancel()
-            self._head_timer = None
-
-    def _head_timed_out(self) -> None:
-        self._head_timer = None
-        transport = self.transport  # type: ignore[attr-defined]
-        if self._between_requests() and not transport.is_closing():
-            transport.write(REQUEST_HEAD_TIMEOUT)
-            transport.close()
+#: an incomplete request head buffered past this is refused (h11's own default, made explicit: it is part of the
+#: endpoint's limits, not an accident of the parser's version; an OpenAI client's head is far smaller)
+MAX_HEAD_BYTES = 16 * 1024
+#: connections open at once, idle kept-alive ones included, before uvicorn answers 503: room for hundreds of
+#: concurrent clients, below the 1,024 file descriptors a Linux process gets by default
+MAX_CONNECTIONS = 512
 
 
-def protocol_class(head_timeout_s: float, http: str = "auto") -> type:
-    """uvicorn's HTTP protocol (``http``: auto = httptools when installed, else h11) with :class:`HeadDeadline`."""
-    name = "httptools" if http == "auto" and _has_httptools() else ("h11" if http == "auto" else http)
-    base = import_from_string(HTTP_PROTOCOLS[name])
-    return type(f"HeadDeadline{base.__name__}", (HeadDeadline, base), {"head_timeout_s": float(head_timeout_s)})
+def _has_body(headers: list[tuple[bytes, bytes]]) -> bool:
+    """Whether an HTTP/1.1 request has a body to read: only Content-Length or Transfer-Encoding announce one."""
+    for name, value in headers:
+        if name == b"transfer-encoding" or (name == b"content-length" and value.strip() not in (b"", b"0")):
+            return True
+    return False
 
 
-def _has_httptools() -> bool:
-    try:
-        import httptools  # noqa: F401
-    except ImportError:
-        return False
-    return True
+class BodyDeadline:
+    """A request's body must arrive whole within ``timeout_s`` of the app's start: a client trickling it must not
+    hold a connection and a request slot forever. Past the deadline, the app's read fails with 408
+    ``request_timeout`` (the app's handler for :class:`~.protocol.APIError` sends it) and the connection closes.
+
+    The deadline holds for a body the app does not read too (a 401, a 413 refused from Content-Length, a route
+    that takes no body): before the response starts, the rest of the body is read and dropped, within the same
+    deadline; a body still incomplete then gets ``connection: close``. Without that, the server would wait for the
+    rest of such a body as long as it trickles. Read rather than closed at once, because closing a connection
+    whose client is still sending makes its kernel reset it, and the client would lose the response."""
+
+    def __init__(self, app: Any, timeout_s: float):
+        self.app, self.timeout_s = app, float(timeout_s)
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        pending = _has_body(scope["headers"])       # body bytes still to come
+        deadline = anyio.current_time() + self.timeout_s
+        received = 0
+
+        async def next_message() -> dict:
+            """``receive()``, bounded by the deadline (TimeoutError) while the body is incomplete."""
+            nonlocal pending, received
+            if not pending:     # after the body: a wait for the client's disconnect, as long as it takes
+                return await receive()
+            with anyio.fail_after(max(deadline - anyio.current_time(), 0.0)):
+                message = await receive()
+            received += len(message.get("body", b""))
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                pending = False
+            return message
+
+        async def receive_in_time() -> dict:
+            try:
+                return await next_message()
+            except TimeoutError:
+                raise APIError(408, f"the request body did not arrive within {self.timeout_s:g} s ({received} bytes "
+                                    "read)", code="request_timeout") from None
+
+        async def send_after_body(message: dict) -> None:
+            if message["type"] == "http.response.start" and pending:
+                try:
+                    while pending:
+                        await next_message()
+                except TimeoutError:
+                    headers = list(message.get("headers", []))
+                    if not any(name.lower() == b"connection" for name, _ in headers):
+                        message = {**message, "headers": [*headers, (b"connection", b"close")]}
+            await send(message)
+
+        await self.app(scope, receive_in_time, send_after_body)
 
 
-def uvicorn_config(app: Any, limits: Any, *, host: str, port: int, log_level: str = "info") -> uvicorn.Config:
-    """The uvicorn config the endpoint runs under, its timeouts from the ``limits`` config group: the request head's
-    deadline (``header_timeout_s``), the idle keep-alive (``keep_alive_s``) and, on SIGTERM, how long in-flight
-    requests may finish before they are cancelled (``shutdown_timeout_s``; a local generation stops at its next
-    slice)."""
+def uvicorn_config(app: Any, limits: Any, *, host: str, port: int, log_level: str = "info",
+                   max_connections: int | None = MAX_CONNECTIONS) -> uvicorn.Config:
+    """The uvicorn config the endpoint runs under (see the module's list), its timeouts from the ``limits`` config
+    group; ``max_connections``: uvicorn's ``limit_concurrency`` (None: unbounded)."""
     return uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on",
-                          http=protocol_class(limits.header_timeout_s),
+                          http="h11", h11_max_incomplete_event_size=MAX_HEAD_BYTES,
+                          limit_concurrency=max_connections,
                           timeout_keep_alive=limits.keep_alive_s,
                           timeout_graceful_shutdown=limits.shutdown_timeout_s)

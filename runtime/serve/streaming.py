@@ -36,12 +36,12 @@ from fastapi import Request
 from fastapi.responses import StreamingResponse
 from pydantic import ValidationError
 
+from .disconnect import ClientClosed, ClientWatch
 from .gating import Gater
 from .protocol import APIError, ChatResponse, validation_error
 
 log = logging.getLogger(__name__)
 
-DISCONNECT_POLL_S = 0.25    # while nothing has been sent, how often the client's presence is checked
 END = object()              # the queue's end marker
 
 
@@ -237,24 +237,23 @@ class StreamSession:
 
 async def stream_completion(request: Request, gater: Gater, body: dict) -> StreamingResponse:
     """The streamed response to the chat completion ``body``. Nothing is sent (so a failure is still an HTTP error
-    with its status) until the first event is ready; from then on the events go out as they are queued."""
+    with its status) until the first event is ready; from then on the events go out as they are queued. Every
+    wait for an event is raced against the client's disconnect (:mod:`.disconnect`): a client gone before the
+    first event ends the request with 499, one gone later ends the stream, and either way the gating (with its
+    upstream request or local generation) is cancelled."""
     session = StreamSession(gater, body)
     work = asyncio.ensure_future(session.run())
+    watch = ClientWatch(request)
     metrics = gater.metrics
     try:
-        while True:     # the response starts with the first event; a client gone before it cancels the work
-            try:
-                first = await asyncio.wait_for(session.queue.get(), DISCONNECT_POLL_S)
-                break
-            except asyncio.TimeoutError:
-                if await request.is_disconnected():
-                    raise APIError(499, "the client closed the connection before the answer was ready",
-                                   code="client_closed") from None
+        first = await watch.run(session.queue.get())
     except BaseException:
         work.cancel()
+        watch.close()
         raise
     if isinstance(first, APIError):
         work.cancel()
+        watch.close()
         raise first
 
     async def events():
@@ -266,10 +265,14 @@ async def stream_completion(request: Request, gater: Gater, body: dict) -> Strea
                     yield sse(item.body())      # OpenAI's clients raise it; the stream ends here, no [DONE]
                     return
                 yield item
-                item = await session.queue.get()
+                # raced here too, not left to starlette: it watches for the disconnect itself only under servers
+                # of ASGI spec < 2.4, and otherwise notices one at the next send, which a held turn may not make
+                # for the whole of its generation
+                item = await watch.run(session.queue.get())
+        except ClientClosed:
+            return
         finally:
-            # a client that went away: starlette cancels this generator, and the gating (with its upstream
-            # request or local generation) goes with it
+            watch.close()
             if not work.done():
                 work.cancel()
 

@@ -177,12 +177,14 @@ class ForcedGates:
 
 class serve_in_thread:
     """``with serve_in_thread(app) as base_url:`` — uvicorn serving ``app`` on a free loopback port in a daemon
-    thread, stopped on exit. ``limits``: the endpoint's ``limits`` config, to serve under its timeouts as
-    ``python -m runtime.serve`` does (:func:`~.server.uvicorn_config`)."""
+    thread, stopped on exit. ``limits``: the endpoint's ``limits`` config, to serve under its settings as
+    ``python -m runtime.serve`` does (:func:`~.server.uvicorn_config`, which also takes ``options``, e.g.
+    ``max_connections``)."""
 
-    def __init__(self, app, host: str = "127.0.0.1", port: int | None = None, limits=None):
+    def __init__(self, app, host: str = "127.0.0.1", port: int | None = None, limits=None, **options):
         port = port or free_port(host)
-        config = (uvicorn_config(app, limits, host=host, port=port, log_level="error") if limits is not None else
+        config = (uvicorn_config(app, limits, host=host, port=port, log_level="error", **options)
+                  if limits is not None else
                   uvicorn.Config(app, host=host, port=port, log_level="error", lifespan="on"))
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)

@@ -198,9 +198,54 @@ def test_a_client_that_disconnects_cancels_the_upstream_stream(gates):
         deadline = time.monotonic() + 5
         while not fake.cancelled and time.monotonic() < deadline:
             time.sleep(0.05)
-        # 200 words at 50 ms would take 10 s: the upstream stream was closed within the poll interval
+        # 200 words at 50 ms would take 10 s: the upstream stream was closed as soon as the client left
         assert fake.cancelled == ["chatcmpl-0"]
         assert ep.client.chat.completions.create(model="scripted", messages=QUESTION).choices[0].message.content
+
+
+def test_a_client_leaving_mid_stream_is_noticed_under_any_asgi_version():
+    """Under a server of ASGI spec 2.4, starlette stops watching for the client's disconnect once a stream has
+    started (it counts on a failed send, which a held turn may not make for its whole generation): the endpoint
+    awaits ``http.disconnect`` itself, so the gating and its upstream stream end when the client leaves, not when
+    the answer is done. The app is driven as such a server would (its ``send`` never fails)."""
+    long = " ".join(["word"] * 200)
+    fake = ScriptedUpstream(reply=lambda body: {"role": "assistant", "content": long}, token_delay_s=0.05)
+    raw = json.dumps({"model": "scripted", "messages": QUESTION, "stream": True}).encode()
+    scope = {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.4"}, "http_version": "1.1",
+             "method": "POST", "scheme": "http", "path": "/v1/chat/completions", "raw_path": b"/v1/chat/completions",
+             "query_string": b"", "root_path": "", "client": ("127.0.0.1", 50000), "server": ("127.0.0.1", 8080),
+             "headers": [(b"host", b"test"), (b"content-type", b"application/json"),
+                         (b"content-length", str(len(raw)).encode())]}
+
+    async def client(app) -> list[bytes]:
+        gone, got, sent_body = asyncio.Event(), [], False
+
+        async def receive() -> dict:
+            nonlocal sent_body
+            if not sent_body:
+                sent_body = True
+                return {"type": "http.request", "body": raw, "more_body": False}
+            await gone.wait()
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict) -> None:
+            if message["type"] == "http.response.body" and b"data:" in message.get("body", b""):
+                got.append(message["body"])
+                gone.set()          # the client leaves after its first event
+
+        await asyncio.wait_for(app(scope, receive, send), timeout=5.0)
+        return got
+
+    with serve_in_thread(fake.app) as upstream_url:
+        cfg = recipes.compose("serve", [f"upstream.base_url={upstream_url}/v1"])
+        app = create_app(cfg, None, Upstream.from_config(cfg.upstream))
+        start = time.monotonic()
+        got = asyncio.run(client(app))
+        assert time.monotonic() - start < 3.0 and 1 <= len(got) < 10, got
+        deadline = time.monotonic() + 5
+        while not fake.cancelled and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert fake.cancelled == ["chatcmpl-0"]
 
 
 @pytest.mark.parametrize("break_with,expected", [("error", "scripted failure mid-stream"),
