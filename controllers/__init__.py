@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 from huggingface_hub import constants, snapshot_download
+from safetensors import SafetensorError, safe_open
 
 from .base import ContractMismatch, Controller, check_contract_dict, check_tau, check_temperature, make_contract
 from .gates import GStepMLP, ToolGateLogistic
@@ -77,6 +78,12 @@ def load(path: str | Path, *, map_location: str = "cpu") -> Controller:
     weights = root / "model.safetensors"
     if not weights.is_file():
         raise ControllerLoadError(f"{weights}: missing (controllers are stored as safetensors only)")
+    try:   # the header alone (milliseconds): a cut-off copy is said to be one, not a deserializing error
+        with safe_open(str(weights), framework="pt"):
+            pass
+    except SafetensorError as e:
+        raise ControllerLoadError(f"{weights}: cannot be loaded as a {name} controller: truncated or corrupt, not a "
+                                  f"complete safetensors file ({e})") from None
     try:
         controller = REGISTRY[name].from_pretrained(str(root), map_location=map_location, strict=True)
     except (ContractMismatch, ControllerLoadError):

@@ -28,6 +28,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import math
 import operator
 import typing
 from dataclasses import dataclass, field
@@ -56,8 +57,9 @@ def param(default: Any, help: str, **checks: Any) -> Any:
     """A field with its default, its one-line help and the checks its value must pass when a config is
     composed (:func:`value_errors`): ``choices`` (allowed values), ``items`` (allowed values of a list's
     elements), ``ge``/``gt``/``le``/``lt`` (bounds), ``check`` (a function returning what is wrong, or None).
-    None passes every check: a field typed ``Optional`` documents what null means. A list, dict or dataclass
-    default is copied for each config."""
+    Every float must also be finite (:func:`not_finite`), whatever the field's other checks; ``finite=False``
+    lets a field whose meaning includes inf take it. None passes every check: a field typed ``Optional``
+    documents what null means. A list, dict or dataclass default is copied for each config."""
     meta = {"help": help, **checks}
     if isinstance(default, (list, dict)) or dataclasses.is_dataclass(default):
         return field(default_factory=functools.partial(copy.deepcopy, default), metadata=meta)
@@ -628,11 +630,19 @@ class GStepRecipe(ControllerRecipe):
 # ``backend``, ``tasks``, ``logger`` and ``recipe`` are ``Any``: their options have different shapes, and the
 # option's own schema (its defaults list) types the node.
 @dataclass
+class SandboxConfig:
+    """Where model-written code runs (data_builders/environments/sandbox.py; docs/sandbox.md)."""
+    require_isolation: bool = param(False, "true: refuse to run model-written code without the OS boundary "
+                                           "(namespaces and seccomp), naming what is missing and how to enable it")
+
+
+@dataclass
 class PolicyGroups:
     model: ModelConfig = required("the policy: the model group (recipes/model/)")
     backend: Any = required("its engine: the backend group (recipes/backend/)")
     tasks: Any = required("the tasks: the tasks group (recipes/tasks/)")
     checkpoints: CheckpointsConfig = required("the committed checkpoints: the checkpoints group")
+    sandbox: SandboxConfig = param(SandboxConfig(), "the sandbox of the environments that run model-written code")
 
 
 @dataclass
@@ -880,9 +890,10 @@ class ServeLimits:
     max_messages: int = param(256, "messages in one request", ge=1)
     max_json_depth: int = param(64, "nesting of the request's JSON (OpenAI requests, tool schemas included, stay "
                                     "far below; deeper is refused with 400 before anything recurses into it)", ge=2)
-    header_timeout_s: float = param(10.0, "a request's head (request line and headers) must arrive within this from "
-                                          "the connection's opening or its first byte, else 408 and the connection "
-                                          "closes (uvicorn itself has no such deadline)", gt=0)
+    header_timeout_s: float = param(10.0, "the deadline a reverse proxy in front should give a request's head "
+                                          "(nginx client_header_timeout): uvicorn has no setting for it, so the "
+                                          "server warns at start on a non-loopback host and the guide's proxy "
+                                          "section uses this value", gt=0)
     body_timeout_s: float = param(30.0, "reading a request's body; past it 408 and the connection closes", gt=0)
     keep_alive_s: float = param(5.0, "an idle kept-alive connection is closed after this (uvicorn's "
                                      "timeout_keep_alive)", gt=0)
@@ -975,10 +986,32 @@ def unknown_keys(cfg: DictConfig | ListConfig, path: str = "") -> list[str]:
 _BOUNDS = (("ge", operator.ge, ">="), ("gt", operator.gt, ">"), ("le", operator.le, "<="), ("lt", operator.lt, "<"))
 
 
+def not_finite(value: Any) -> list[float]:
+    """The floats of ``value`` (a scalar, or a list's elements) that are inf or nan. Hydra's override grammar
+    reads ``inf`` and ``nan`` as floats, and no bound refuses them all (``inf`` passes ``gt=0``, ``nan`` fails
+    every comparison with a message about the bound): a learning rate, a weight decay, a temperature or a τ that
+    is not finite would otherwise fail late, inside torch or as silently wrong decisions."""
+    values = value if isinstance(value, list) else [value]
+    return [v for v in values if isinstance(v, float) and not math.isfinite(v)]
+
+
+@functools.cache
+def _float_fields(node_type: type) -> frozenset[str]:
+    """The fields of a schema dataclass typed ``float`` (or ``Optional[float]``, ``List[float]``): checked for
+    finiteness even when they carry no other check (the derived groups' fields carry none)."""
+    def holds_float(hint: Any) -> bool:
+        return hint is float or any(holds_float(arg) for arg in typing.get_args(hint))
+    return frozenset(name for name, hint in typing.get_type_hints(node_type).items() if holds_float(hint))
+
+
 def problem(value: Any, checks: dict) -> str | None:
     """What is wrong with ``value`` under a field's checks (:func:`param`), or None."""
     if value is None:
         return None
+    if checks.get("finite", True):
+        bad = not_finite(value)
+        if bad:
+            return f"{bad}: each must be a finite number" if isinstance(value, list) else "must be a finite number"
     if "choices" in checks and value not in checks["choices"]:
         return f"choose one of {', '.join(map(str, checks['choices']))}"
     if "items" in checks:
@@ -993,13 +1026,14 @@ def problem(value: Any, checks: dict) -> str | None:
 
 def value_errors(cfg: DictConfig | ListConfig, path: str = "") -> list[str]:
     """Values of dataclass-typed nodes that their field's checks refuse (an unknown choice, a count below 1, a
-    negative rate), as ``key=value: reason``."""
+    negative rate, an inf or nan float), as ``key=value: reason``."""
     out = []
     node_type = OmegaConf.get_type(cfg) if isinstance(cfg, DictConfig) else None
     if dataclasses.is_dataclass(node_type):
+        floats = _float_fields(node_type)
         for f in dataclasses.fields(node_type):
             checks = {k: v for k, v in f.metadata.items() if k not in ("help", "required")}
-            if not checks or f.name not in cfg or OmegaConf.is_missing(cfg, f.name):
+            if (not checks and f.name not in floats) or f.name not in cfg or OmegaConf.is_missing(cfg, f.name):
                 continue
             value = cfg[f.name]
             value = OmegaConf.to_container(value, resolve=True) if isinstance(value, (DictConfig, ListConfig)) \
@@ -1011,7 +1045,8 @@ def value_errors(cfg: DictConfig | ListConfig, path: str = "") -> list[str]:
     for key, value in items:
         if not path and key == "hydra":
             continue
-        if isinstance(value, (DictConfig, ListConfig)) and not value._is_none():
+        # a missing node (???) holds no value to check: OmegaConf.missing_keys reports it
+        if isinstance(value, (DictConfig, ListConfig)) and not value._is_none() and not value._is_missing():
             out.extend(value_errors(value, _where(cfg, key, path)))
     return out
 

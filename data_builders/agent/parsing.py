@@ -19,7 +19,12 @@ against it):
   else parameters".
 * The lazy ``{...}`` candidates of step (c) may span newlines (regex ``DOTALL`` semantics). They are
   found by a linear scan instead of ``re.finditer(r"\\{.*?\\}")``, which is quadratic on a text of
-  many unclosed ``{``. The matches are identical.
+  many unclosed ``{``. The matches are identical, less those that cannot hold a call.
+* A candidate is decoded only if some decoder could read a ``"name"`` key out of it (:func:`_may_hold_name_key`),
+  a decoder is skipped when the text it would see cannot parse or is the text the previous one rejected, and
+  a candidate equal to one already rejected is not decoded again. Each of these is exact (no result changes);
+  together they bound the decode attempts to three per distinct candidate that can hold a call, instead of
+  three failing decodes, each raising an exception, for every ``{...}`` of a long output.
 * ``ast.literal_eval`` is only tried on candidates of at most :data:`MAX_LITERAL_CHARS` characters.
   A turn is at most 2048 generated tokens plus a short prefill, far below that, so no real call
   is lost. The cap bounds the parse time on pathological input. ``literal_eval`` never evaluates
@@ -46,6 +51,10 @@ MIN_REASONING_CHARS = 12
 _ASCII_LETTER = re.compile(r"[A-Za-z]")
 # Two adjacent string tokens ('na' 'me'): Python's implicit concatenation can spell a key.
 _ADJACENT_STRINGS = re.compile(r"['\"]\s*['\"]")
+# The key spelled in one string token without escapes, as each decoder can read it: "name" (JSON), 'name' or a
+# mix of the two quotes (JSON after ' -> "), and 'name' or "name" inside every Python literal form (triple-quoted,
+# u'name').
+_NAME_TOKEN = re.compile(r"['\"]name['\"]")
 _NOT_DECODED = object()
 
 
@@ -64,14 +73,20 @@ def _decode(candidate: str) -> Any:
 
     The first decoder that succeeds decides the value, so ``_NOT_DECODED`` only when all fail.
     """
-    try:
-        return json.loads(candidate)
-    except Exception:  # noqa: BLE001 - untrusted text: any failure means "try the next decoder"
-        pass
-    try:
-        return json.loads(candidate.replace("'", '"'))
-    except Exception:  # noqa: BLE001
-        pass
+    # Only called on candidates holding a quote (_may_hold_name_key). Without a '"', strict JSON cannot parse a
+    # text holding a "'" (one may only appear inside a JSON string); without a "'", the replacement changes
+    # nothing. Either decoder would then fail on what it is given, so it is not run (each failure costs an
+    # exception).
+    if '"' in candidate:
+        try:
+            return json.loads(candidate)
+        except Exception:  # noqa: BLE001 - untrusted text: any failure means "try the next decoder"
+            pass
+    if "'" in candidate:
+        try:
+            return json.loads(candidate.replace("'", '"'))
+        except Exception:  # noqa: BLE001
+            pass
     if len(candidate) > MAX_LITERAL_CHARS:
         return _NOT_DECODED
     try:
@@ -84,15 +99,18 @@ def _decode(candidate: str) -> Any:
 
 
 def _may_hold_name_key(candidate: str) -> bool:
-    """Cheap, exact pre-filter: False only if no decoder could produce a ``"name"`` key.
+    """Cheap, exact pre-filter: False only if no decoder could produce a dict with a ``"name"`` key.
 
-    A JSON or Python string equal to ``name`` contains those four letters, unless it is spelled with
-    escapes (a backslash) or split by implicit concatenation (adjacent string tokens, possibly
-    with a ``#`` comment between them). Skipping every other candidate changes no result; it only keeps thousands of small
-    ``{...}`` matches from each costing an ``ast`` parse on adversarial text.
+    A dict with a key needs a ``:`` (JSON and a Python dict display alike), and a string key a quote. A
+    string equal to ``name`` is then one token matching :data:`_NAME_TOKEN`, unless it is spelled with escapes
+    (a backslash) or split by implicit concatenation (adjacent string tokens, possibly with a ``#`` comment
+    between them). Skipping every other candidate changes no result; it keeps the many small ``{...}`` matches
+    of a long output (code, templates, degenerate repetition) from each costing failed decodes.
     """
+    if ":" not in candidate or ('"' not in candidate and "'" not in candidate):
+        return False
     return (
-        "name" in candidate
+        ("name" in candidate and _NAME_TOKEN.search(candidate) is not None)
         or "\\" in candidate
         or "#" in candidate
         or _ADJACENT_STRINGS.search(candidate) is not None
@@ -122,23 +140,32 @@ def _as_call(value: Any, raw: str) -> ToolCall | None:
     return ToolCall(name=name, arguments=args, raw=raw)
 
 
-def _lazy_brace_spans(text: str):
-    """Yield each non-overlapping lazy ``{...}`` match, left to right, in linear time.
+# One match: the text up to the next lazy span that may hold a call (group 1; None once there is none left),
+# consumed in C: characters between spans, and the spans _may_hold_name_key refuses: no ':', no quote, or none of
+# a name token, a backslash, a '#' and two adjacent string tokens (each quote's lookahead stops at the span's '}').
+# Possessive (*+): no backtracking into what was consumed, so each character is read a bounded number of times.
+_SKIP_TO_SPAN = re.compile(r"""(?:[^{]|\{[^}:]*\}|\{[^}'"]*\}|\{(?:[^}\\#'"]|['"](?!\s*['"]|name['"]))*\})*+"""
+                           r"""(\{[^}]*\})?""")
 
-    Equivalent to ``re.finditer(r"\\{.*?\\}", text, re.DOTALL)``: a match runs from a ``{`` to the
-    first ``}`` after it, and scanning resumes after that ``}``. If a ``{`` has no ``}`` after it,
-    no later ``{`` has one either, so the scan stops.
+
+def _lazy_brace_spans(text: str):
+    """Yield each non-overlapping lazy ``{...}`` match that may hold a call, left to right, in linear time.
+
+    The matches are those of ``re.finditer(r"\\{.*?\\}", text, re.DOTALL)`` (a match runs from a ``{`` to the
+    first ``}`` after it, and scanning resumes after that ``}``) less the ones :func:`_may_hold_name_key` would
+    refuse anyway. The search ends at the last ``}``: past it no ``{`` has a match, and every ``{`` before it
+    has one, so no attempt fails and is retried from a later position (what makes the regex quadratic on a
+    text of many unclosed ``{``). The spans skipped never reach Python, where each would cost a loop turn and
+    the pre-filter: most of the time on a long output of code or templates (``{}``, ``{x}``, ``{0:>8}``).
     """
+    end = text.rfind("}") + 1
     pos = 0
-    while True:
-        start = text.find("{", pos)
-        if start < 0:
+    while pos < end:
+        m = _SKIP_TO_SPAN.match(text, pos, end)
+        if m.group(1) is None:
             return
-        end = text.find("}", start + 1)
-        if end < 0:
-            return
-        yield text[start:end + 1]
-        pos = end + 1
+        yield m.group(1)
+        pos = m.end()
 
 
 def _clean(text: str) -> str:
@@ -159,11 +186,15 @@ def parse_tool_call(text: str) -> ToolCall | None:
     """Return the turn's tool call, or None if it is content. Never raises."""
     if not isinstance(text, str):
         return None
+    # Candidates already decoded without giving a call: an equal one cannot give one either. Output that repeats
+    # itself (a model looping until its token budget) repeats its candidates; each is decoded once.
+    rejected: set[str] = set()
     try:
         for candidate in _candidates(_clean(text)):
             candidate = candidate.strip()
-            if not candidate or not _may_hold_name_key(candidate):
+            if not candidate or not _may_hold_name_key(candidate) or candidate in rejected:
                 continue
+            rejected.add(candidate)
             value = _decode(candidate)
             if value is _NOT_DECODED:
                 continue

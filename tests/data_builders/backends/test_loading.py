@@ -4,6 +4,7 @@ reaches for the network."""
 from __future__ import annotations
 
 import re
+import shutil
 import time
 from pathlib import Path
 
@@ -68,6 +69,65 @@ def test_adapter_paths(offline, tmp_path):
         loading.resolve_adapter("ck/nope")
     with pytest.raises(FileNotFoundError, match=r"HF_HUB_OFFLINE is set"):   # through the model config as well
         loading.backend_from_config({"name": "./no-model", "adapter": "ck/nope"})
+
+
+def _tiny_adapter(tiny_model_dir, out: Path) -> Path:
+    """A LoRA adapter of the tiny Llama, saved as peft saves one (adapter_config.json + adapter_model.safetensors)."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    get_peft_model(base, LoraConfig(r=2, target_modules=["q_proj", "v_proj"])).save_pretrained(out)
+    return out
+
+
+def _truncate(f: Path) -> None:
+    data = f.read_bytes()
+    f.write_bytes(data[:len(data) // 2])
+
+
+def _forbid_model_loads(monkeypatch):
+    """Fails the test if transformers is asked for the base model: a bad file must be found before that work."""
+    def fail(*a, **k):
+        raise AssertionError("the base model was loaded before the adapter's files were checked")
+    monkeypatch.setattr(loading.AutoModelForCausalLM, "from_pretrained", fail)
+
+
+def test_a_truncated_adapter_names_its_file_before_the_base_model_loads(tiny_model_dir, tmp_path, monkeypatch):
+    adapter = _tiny_adapter(tiny_model_dir, tmp_path / "adapter")
+    assert loading.load_backend(str(tiny_model_dir), adapter=str(adapter), device="cpu").model is not None  # intact
+    weights = adapter / "adapter_model.safetensors"
+    _truncate(weights)
+    _forbid_model_loads(monkeypatch)
+    said = rf"^{re.escape(str(weights))}: adapter weights is truncated or corrupt, not a complete safetensors file"
+    with pytest.raises(loading.CorruptCheckpoint, match=said):      # was peft's bare SafetensorError, no path
+        loading.load_backend(str(tiny_model_dir), adapter=str(adapter), device="cpu")
+    with pytest.raises(loading.CorruptCheckpoint, match=said):      # the merged copy for vLLM, the policy trainers
+        loading.model_directory(str(tiny_model_dir), adapter=str(adapter))
+    weights.write_bytes(b"\x01")                                    # shorter than a safetensors header
+    with pytest.raises(loading.CorruptCheckpoint, match=re.escape(str(weights))):
+        loading.resolve_adapter(str(adapter))
+
+
+def test_a_corrupt_adapter_config_names_its_file(tiny_model_dir, tmp_path, monkeypatch):
+    adapter = _tiny_adapter(tiny_model_dir, tmp_path / "adapter")
+    config = adapter / "adapter_config.json"
+    _truncate(config)
+    _forbid_model_loads(monkeypatch)
+    with pytest.raises(loading.CorruptCheckpoint, match=rf"^{re.escape(str(config))}: the adapter's config is "
+                                                        r"truncated or corrupt, not valid JSON"):
+        loading.load_backend(str(tiny_model_dir), adapter=str(adapter), device="cpu")
+
+
+def test_truncated_model_weights_name_their_file(tiny_model_dir, tmp_path):
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, model)
+    _truncate(model / "model.safetensors")
+    said = rf"^{re.escape(str(model / 'model.safetensors'))}: model weights is truncated or corrupt"
+    with pytest.raises(loading.CorruptCheckpoint, match=said):
+        loading.load_backend(str(model), device="cpu")
+    with pytest.raises(loading.CorruptCheckpoint, match=said):      # what vLLM would be handed
+        loading.model_directory(str(model))
 
 
 class _FakeVLLM:
