@@ -250,6 +250,30 @@ class GSM8KTasksConfig:
 
 
 @dataclass
+class CustomTasksConfig:
+    """``tasks=custom``: a team's own JSONL task file and tool sources (data_builders/tasks/custom.py)."""
+    source: str = param("custom", "the task source", choices=("custom",))
+    path: Optional[str] = param(None, "a .jsonl file, one task per line (required to load)")
+    # Free-form: each source kind (and a user's own, by dotted path) has its own fields, which
+    # data_builders.tool_sources.source_from_spec checks against the source's constructor when the file is read.
+    sources: Dict[str, Any] = param({}, "tool sources by name, e.g. {units: {kind: mcp, command: [python, "
+                                        "server.py]}}; records name them in their tools list")
+    tools: Optional[List[str]] = param(None, "the sources (names) of records that list none")
+    scorer: Any = param(None, "the scorer of records without one: exact | normalized | numeric | regex | when2tool "
+                              "| judge | package.module:function, or an object {kind: numeric, tolerance: 0.01}; "
+                              "null = exact")
+    test_fraction: float = param(0.3, "share of records without a split that go to test (seeded by id)",
+                                 ge=0, le=1)
+    split_seed: int = param(0, "the split's seed")
+    envs: Optional[List[str]] = param(None, "environments to keep, by label (a record's source names joined by "
+                                            "+); null = all")
+    difficulties: Optional[List[str]] = param(None, "e.g. [easy, medium]; null = all")
+    per_cell: Optional[int] = param(None, "k = a stratified, seeded subsample: k tasks per environment x "
+                                          "difficulty cell; null = all")
+    sample_seed: int = param(0, "the subsample's seed")
+
+
+@dataclass
 class MixtureTasksConfig:
     """``tasks=mixture``: several task sources one after another, each selected as its own option selects it
     (e.g. built-in tasks beside When2Tool's train files, as the tool_sft v3 release was trained); null leaves a
@@ -925,6 +949,7 @@ SCHEMAS: list[tuple[str | None, str, type]] = [
     ("tasks", "builtin_schema", BuiltinTasksConfig),
     ("tasks", "when2tool_schema", When2ToolTasksConfig),
     ("tasks", "gsm8k_schema", GSM8KTasksConfig),
+    ("tasks", "custom_schema", CustomTasksConfig),
     ("tasks", "mixture_schema", MixtureTasksConfig),
     ("logger", "schema", LoggerConfig),
     ("logger", "wandb_schema", WandbLoggerConfig),

@@ -18,7 +18,8 @@ from ..backends.grammar import CallConstraint
 from ..environments import make_environment
 from ..environments.base import serialize
 from ..tasks.schema import Task
-from ..tasks.scoring import extract_boxed, is_correct, token_cost
+from ..tasks.scorers import score_task
+from ..tasks.scoring import extract_boxed, token_cost
 from . import prompts as P
 from .hooks import EpisodeView, Hooks, PromptState
 from .parsing import has_boxed, parse_tool_call, reasoning_present
@@ -415,7 +416,7 @@ class Agent:
                       **({"constrained_calls": True} if cfg.constrained_calls else {})},
             messages=ep.messages, turns=ep.turns, calls=ep.calls, decisions=ep.decisions,
             final_response=ep.final_response, answer=extract_boxed(ep.final_response),
-            gold=t.answer, correct=is_correct(ep.final_response, t.answer),
+            gold=t.answer, correct=score_task(t, ep.final_response),
             rounds=len(ep.turns), ended=ep.ended, **ep.counts,
             generation_tokens=ep.generation_tokens, appended_prompt_tokens=ep.appended_tokens,
             token_cost=token_cost(ep.generation_tokens, ep.appended_tokens),

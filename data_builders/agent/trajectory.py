@@ -55,6 +55,8 @@ def error_kind(payload: dict) -> str | None:
     succeeded."""
     if payload.get("success", True) is not False:
         return None
+    if isinstance(payload.get("error_kind"), str):    # a tool source's own classification (timeout, crash, ...)
+        return payload["error_kind"]
     msg = str(payload.get("message", ""))
     if msg.startswith("[SKIPPED]"):
         return "skipped"

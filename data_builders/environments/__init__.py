@@ -37,7 +37,8 @@ ENVIRONMENTS: dict[str, type[ToolEnvironment]] = _discover()
 
 
 def make_environment(spec: Any) -> ToolEnvironment:
-    """A fresh environment for one episode from an ``EnvSpec`` (name, tools, parameters).
+    """A fresh environment for one episode from an ``EnvSpec`` (name, tools, parameters; with ``sources``: the
+    task's own tool sources, :mod:`data_builders.tool_sources.environment`).
 
     A plain mapping with the same keys is accepted too, so raw task JSON can be used directly.
     """
@@ -45,6 +46,11 @@ def make_environment(spec: Any) -> ToolEnvironment:
         name, tools, parameters = spec.get("name"), spec.get("tools"), spec.get("parameters")
     else:
         name, tools, parameters = spec.name, spec.tools, spec.parameters
+    if getattr(spec, "sources", None):
+        # A team's own tools (MCP servers, Python functions, recorded traces), not a When2Tool environment.
+        from ..tool_sources.environment import environment_for
+
+        return environment_for(spec)
     cls = ENVIRONMENTS.get(name)
     if cls is None:
         raise ValueError(f"Unknown environment {name!r}; known environments: {sorted(ENVIRONMENTS)}")

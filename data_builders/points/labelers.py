@@ -38,7 +38,7 @@ from ..features.gstep import GSTEP_FEATURES, gstep_features
 from ..features.probe import probe_features
 from ..features.toolgate import embed_texts, structural_names, toolgate_state
 from ..tasks.schema import Task
-from ..tasks.scoring import is_correct
+from ..tasks.scorers import score_task
 
 log = logging.getLogger(__name__)
 FORCED_ANSWER_PREFILL = "\\boxed{"
@@ -110,7 +110,7 @@ def _forced_answers(backend, items: list[tuple[Task, list[dict]]], cfg: Any) -> 
         tools = make_environment(task.env).tool_specs()
         prompts.append(backend.render(P.template_messages(messages), tools) + FORCED_ANSWER_PREFILL)
     gens = backend.generate(prompts, SamplingParams(max_new_tokens=cfg.forced_answer_tokens)) if prompts else []
-    return [is_correct(FORCED_ANSWER_PREFILL + g.text, task.answer) for g, (task, _) in zip(gens, items)]
+    return [score_task(task, FORCED_ANSWER_PREFILL + g.text) for g, (task, _) in zip(gens, items)]
 
 
 def label_flip(backend, tasks: Sequence[Task], splits: Sequence[str], cfg: Any,
@@ -166,7 +166,7 @@ def label_commit(backend, tasks: Sequence[Task], splits: Sequence[str], cfg: Any
         pt = recorder.points.get(id(task))
         if pt is None:
             continue   # the episode never answered: no commit/continue decision was taken
-        first = is_correct(pt["answer_text"], task.answer)
+        first = score_task(task, pt["answer_text"])
         label = (not first) and (tr.correct or not fixed_rule)
         rows.append(base_row(task, split, str(task.id), label)
                     | {"first_correct": first, "final_correct": tr.correct, "round": pt["round"],

@@ -16,6 +16,7 @@ from omegaconf import OmegaConf
 
 from ..environments import ENVIRONMENTS
 from .builtin import BUILTIN_ENVS, generate_builtin
+from .custom import read_custom
 from .generators import MULTIHOP_GENERATORS
 from .gsm8k import load_gsm8k
 from .schema import DIFFICULTIES, ENV_CATEGORY, EnvSpec, Task, TaskFormatError
@@ -26,11 +27,12 @@ __all__ = ["Task", "EnvSpec", "TaskFormatError", "ENV_CATEGORY", "load_tasks", "
            "select_tasks", "MIXTURE",
            "TASK_SOURCES"]
 
-TASK_SOURCES = ("builtin", "when2tool", "gsm8k")
+TASK_SOURCES = ("builtin", "when2tool", "gsm8k", "custom")
 MIXTURE = "mixture"   # the ``tasks`` option that lists several sources (tasks_from_config)
 # The environments each source can yield: an ``envs`` filter naming any other selects nothing, silently.
 SOURCE_ENVS = {"builtin": tuple(sorted(set(BUILTIN_ENVS) | set(MULTIHOP_GENERATORS))),
-               "when2tool": tuple(ENVIRONMENTS), "gsm8k": ("CalculatorEnv",)}
+               "when2tool": tuple(ENVIRONMENTS), "gsm8k": ("CalculatorEnv",),
+               "custom": None}     # a custom file's environments are its own sources' labels: any name
 
 
 def _positive_int(name: str, value) -> None:
@@ -52,10 +54,11 @@ def check_selection(source: str, *, limit=None, per_cell=None, envs=None, diffic
         if values is None:
             continue
         if isinstance(values, str) or not all(isinstance(v, str) for v in values):
-            raise ValueError(f"{name} must be null (all) or a list of names, got {values!r}; valid: {list(valid)}")
+            raise ValueError(f"{name} must be null (all) or a list of names, got {values!r}; valid: "
+                             f"{list(valid) if valid is not None else 'any label'}")
         if not values:
-            raise ValueError(f"{name} is an empty list, which selects no task; use null for all of {list(valid)}")
-        unknown = [v for v in values if v not in valid]
+            raise ValueError(f"{name} is an empty list, which selects no task; use null for all")
+        unknown = [v for v in values if valid is not None and v not in valid]
         if unknown:
             raise ValueError(f"{name}: {unknown} not valid for the {source} task source; valid: {list(valid)}")
 
@@ -148,7 +151,18 @@ def _gsm8k(split: str, *, path: str | None = None, distractor: str | None = None
     return load_gsm8k(path, split, distractor=distractor, distractor_seed=distractor_seed)
 
 
-_READERS = {"builtin": _builtin, "when2tool": _when2tool, "gsm8k": _gsm8k}
+def _custom(split: str, *, path: str | None = None, sources: dict | None = None, tools: list | None = None,
+            scorer=None, test_fraction: float = 0.3, split_seed: int = 0) -> list[Task]:
+    """A team's own JSONL task file (``data_builders/tasks/custom.py``), one split of it."""
+    if path is None:
+        raise ValueError("the custom task source needs a file: pass tasks.path=<file.jsonl> (data_builders/tasks/"
+                         "custom.py describes a record)")
+    tasks = read_custom(path, sources=sources, tools=tools, scorer=scorer, test_fraction=test_fraction,
+                        split_seed=split_seed)
+    return [t for t in tasks if t.split == split]
+
+
+_READERS = {"builtin": _builtin, "when2tool": _when2tool, "gsm8k": _gsm8k, "custom": _custom}
 # Each source's own options: its reader's keyword arguments (``envs`` is a selection option the builtin
 # generators also take, to generate only those environments).
 SOURCE_OPTIONS = {source: tuple(p for p in inspect.signature(read).parameters if p not in ("split", "envs"))

@@ -34,9 +34,16 @@ class TaskFormatError(ValueError):
 
 @dataclass(frozen=True)
 class EnvSpec:
+    """The tools of a task: a When2Tool environment (``name``, the tools it offers, its parameters), or, when
+    ``sources`` is set, a team's own tool sources (``data_builders/tool_sources``: MCP servers, Python
+    functions, recorded traces) whose tools together form the task's environment; ``name`` is then a label,
+    ``tools`` the names offered (empty: all of them) and ``base_dir`` the folder relative paths in the specs
+    resolve against (the task file's)."""
     name: str
     tools: tuple[str, ...]
     parameters: dict[str, Any] = field(default_factory=dict)
+    sources: tuple[dict[str, Any], ...] = ()
+    base_dir: str | None = None
 
 
 @dataclass(frozen=True)
@@ -50,10 +57,19 @@ class Task:
     tags: tuple[str, ...] = ()
     category: str = "other"
     split: str = "train"
+    # How the final answer is scored (data_builders/tasks/scorers.py): None is When2Tool's boxed-answer rule.
+    scorer: dict[str, Any] | None = None
 
     @property
     def answer(self) -> str:
-        return str(self.expected["answer"])
+        """The gold answer as text ("" for a task without one, which only a judge can score)."""
+        gold = self.expected.get("answer")
+        return "" if gold is None else str(gold)
+
+    @property
+    def gold(self) -> str | None:
+        gold = self.expected.get("answer")
+        return None if gold is None else str(gold)
 
     @property
     def env(self) -> EnvSpec:
@@ -72,8 +88,12 @@ class Task:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["environments"] = [
-            {"name": e.name, "tools": list(e.tools), "parameters": e.parameters} for e in self.environments
+            {"name": e.name, "tools": list(e.tools), "parameters": e.parameters,
+             **({"sources": list(e.sources), "base_dir": e.base_dir} if e.sources else {})}
+            for e in self.environments
         ]
+        if self.scorer is None:
+            d.pop("scorer")
         d["tags"] = list(self.tags)
         return d
 
@@ -165,8 +185,16 @@ def digest(obj: Any, n: int = 12) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:n]
 
 
+_SCORER_RUNTIME = frozenset({"timeout_s", "max_retries", "cache_dir", "api_key_env"})
+
+
 def task_key(task: Task) -> str:
     """A task's identity across runs: its id plus a hash of its content, so an edited task is a new key.
     The evaluator's trajectory cache is keyed on it (changing it invalidates every cached trajectory) and
     GRPO's rewards group a prompt's episodes by it."""
-    return f"{task.id}:{digest([task.instruction, task.answer, task.env.name], 8)}"
+    content = [task.instruction, task.answer, task.env.name]
+    if task.env.sources or task.scorer is not None:     # a team's own tools and scorer are part of what it asks
+        # ... but not how a judge is reached (its timeout, retries, cache, key): the verdict rule is the same
+        rule = {k: v for k, v in (task.scorer or {}).items() if k not in _SCORER_RUNTIME}
+        content += [list(task.env.sources), rule]
+    return f"{task.id}:{digest(content, 8)}"

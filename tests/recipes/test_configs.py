@@ -51,7 +51,7 @@ NEEDS = {"model=hf": ["model.name=/some/dir"]}       # hf's model.name is mandat
 # Options an entry config refuses (test_an_override_a_config_would_ignore_is_refused_naming_it checks why).
 REFUSED = {("factorized", "tasks", name) for name in options("tasks") if name != "gsm8k"}
 # Nodes typed as free-form on purpose (recipes/schema.py says why), with everything under them.
-FREE_FORM = ("recipe.points.build", "backend.engine_kwargs", "arms.policies[")
+FREE_FORM = ("recipe.points.build", "backend.engine_kwargs", "arms.policies[", "tasks.sources")
 
 CASES = [(entry, [*GROUP_BASE.get((entry, group), BASE.get(entry, [])), f"{group}={name}",
                   *NEEDS.get(f"{group}={name}", [])])

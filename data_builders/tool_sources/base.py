@@ -1,0 +1,100 @@
+"""The one interface every tool source implements: a list of tool schemas and a call that never raises.
+
+A team brings its own tools in whatever form it has them (an MCP server, a module of Python functions, a file of
+recorded conversations). The agent loop only ever sees :class:`ToolSource`: OpenAI function-tool schemas from
+:meth:`ToolSource.tools` and a :class:`ToolResult` from :meth:`ToolSource.call`. The arguments of a call come from
+model output and are untrusted, so a failure of any kind (a bad argument, a crashed server, a hung function) is a
+``ToolResult`` with ``ok=False`` and an ``error_kind`` the loop and the metrics can count, never an exception that
+would end an episode.
+
+The helpers here (:func:`clip`, :func:`failure`) are what the built-in sources use to apply :class:`CallLimits`
+the same way; a plugin source may use them too.
+"""
+from __future__ import annotations
+
+import abc
+import time
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+# The error kinds a ToolResult may carry. A closed set so that metrics can count them by name.
+ERROR_KINDS = ("timeout", "crash", "tool_error", "output_limit", "unknown_tool", "bad_arguments", "trace_miss")
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    content: str                   # the text the model reads as the tool message
+    ok: bool
+    error_kind: str | None = None  # None or one of ERROR_KINDS
+    error: str | None = None       # human-readable reason
+    wall_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class CallLimits:
+    timeout_s: float = 30.0
+    max_output_chars: int = 20_000
+
+
+def truncation_marker(shown: int, total: int) -> str:
+    """Appended to cut output, so that the model (and a reader of the trajectory) sees that text is missing."""
+    return f"\n[output truncated: {shown} of {total} characters shown]"
+
+
+def clip(content: str, limits: CallLimits, *, started: float, total_chars: int | None = None,
+         ok: bool = True, error_kind: str | None = None, error: str | None = None) -> ToolResult:
+    """A ToolResult for ``content`` under ``limits.max_output_chars``, timed from ``started`` (time.monotonic()).
+
+    Output over the cap is cut and marked; a result that was otherwise fine becomes ``ok=False`` with
+    ``error_kind="output_limit"`` so that a flood is counted rather than silently fed to the model. A result that
+    already failed keeps its own error kind (the cause matters more than the length). ``total_chars`` is the
+    length before any cut made upstream (a worker process that sent back only the head of a huge output).
+    """
+    total = len(content) if total_chars is None else max(total_chars, len(content))
+    cap = limits.max_output_chars
+    if total > cap:
+        content = content[:cap] + truncation_marker(min(cap, len(content)), total)
+        if ok:
+            ok, error_kind = False, "output_limit"
+            error = f"output of {total} characters exceeds max_output_chars={cap}"
+    return ToolResult(content=content, ok=ok, error_kind=error_kind, error=error,
+                      wall_s=time.monotonic() - started)
+
+
+def failure(error_kind: str, error: str, *, started: float, content: str | None = None) -> ToolResult:
+    """A failed ToolResult. The model reads ``content``: by default the reason itself, prefixed so that it cannot
+    be mistaken for the tool's own output."""
+    return ToolResult(content=f"Error ({error_kind}): {error}" if content is None else content, ok=False,
+                      error_kind=error_kind, error=error, wall_s=time.monotonic() - started)
+
+
+def function_schema(name: str, description: str, parameters: dict[str, Any] | None) -> dict:
+    """An OpenAI function-tool schema; empty parameters become an empty object (the API rejects a missing one)."""
+    return {"type": "function", "function": {
+        "name": name, "description": description,
+        "parameters": parameters or {"type": "object", "properties": {}}}}
+
+
+class ToolSource(abc.ABC):
+    """Tools of one origin behind one interface. Subclasses set ``kind`` (the spec's ``"kind"``) and implement
+    :meth:`tools` and :meth:`call`; :meth:`close` releases processes, threads and connections (idempotent)."""
+
+    kind: ClassVar[str]
+
+    @abc.abstractmethod
+    def tools(self) -> list[dict]:
+        """OpenAI function-tool schemas: ``{"type": "function", "function": {"name", "description",
+        "parameters"}}``."""
+
+    @abc.abstractmethod
+    def call(self, name: str, arguments: dict) -> ToolResult:
+        """Run one tool call. Never raises: every failure is a ToolResult with ``ok=False``."""
+
+    def close(self) -> None:
+        """Release what the source holds. The default holds nothing."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
