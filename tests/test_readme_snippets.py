@@ -132,6 +132,10 @@ def hydra_config_name(module: str) -> str:
     entry = importlib.import_module(f"{module}.__main__" if spec.submodule_search_locations else module)
     main = getattr(entry, "main", None)
     closure = inspect.getclosurevars(main).nonlocals if callable(main) else {}
+    # through wrappers outside hydra.main (functools.wraps: malloc.cli_opt_in) down to Hydra's own, not past it
+    while callable(main) and "config_name" not in closure and hasattr(main, "__wrapped__"):
+        main = main.__wrapped__
+        closure = inspect.getclosurevars(main).nonlocals
     assert "config_name" in closure, f"python -m {module}: not a Hydra app (no @hydra.main main)"
     return closure["config_name"]
 

@@ -196,3 +196,29 @@ def _text(content: Any, at: str, bad) -> str:
                 raise bad(f"{at}[{k}]", "a content part must be text")
         return "".join(parts)
     raise bad(at, "must be a string or a list of text parts")
+
+
+def record_trace(path: str | Path, trajectories: Any, tools: list[dict] | None = None) -> int:
+    """Write the executed, successful calls of agent trajectories as a trace this source replays: one
+    conversation per trajectory (its instruction, then each call as an assistant ``tool_calls`` message answered
+    by a ``tool`` message holding the result text the model read). ``tools``: the schemas to declare (e.g. an
+    environment's ``tool_specs()``), so a replay shows the model the same tools. Failed calls are left out: an
+    OpenAI tool message has no success flag, so a replayed failure would read as a success. Returns the number
+    of calls written."""
+    written = 0
+    with open(path, "w", encoding="utf-8") as f:
+        for tr in trajectories:
+            messages: list[dict] = [m for m in tr.messages if m.get("role") == "user"][:1]
+            for i, call in enumerate(tr.calls):
+                if call.status != "executed" or not call.ok or not isinstance((call.result or {}).get("result"),
+                                                                            str):
+                    continue
+                call_id = f"call_{written}_{i}"
+                messages.append({"role": "assistant", "content": None, "tool_calls": [
+                    {"id": call_id, "type": "function",
+                     "function": {"name": call.name, "arguments": json.dumps(call.args, ensure_ascii=False)}}]})
+                messages.append({"role": "tool", "tool_call_id": call_id, "content": call.result["result"]})
+                written += 1
+            f.write(json.dumps({"messages": messages, **({"tools": tools} if tools else {})},
+                               ensure_ascii=False) + "\n")
+    return written
