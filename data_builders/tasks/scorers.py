@@ -73,7 +73,7 @@ from functools import lru_cache
 from importlib import import_module
 from typing import Any, Callable, Protocol, runtime_checkable
 
-from . import scoring
+from .scoring import BOXED_OPEN, boxed_span, is_correct, normalize_scalar, parse_number
 from .judge import DEFAULT_API_KEY_ENV, DEFAULT_CACHE_DIR, DEFAULT_RUBRIC, Judge, rubric_fields
 
 __all__ = ["ScorerError", "Scorer", "SCORERS", "scorer_from_spec", "score_task", "extract_answer", "agreement",
@@ -101,12 +101,12 @@ def extract_answer(final_response: str) -> str:
     """The last ``\\boxed{...}``'s content (brace-matched, stripped), else the whole response stripped."""
     if not isinstance(final_response, str):
         return ""
-    start = final_response.rfind(scoring.BOXED_OPEN)
+    start = final_response.rfind(BOXED_OPEN)
     if start < 0:
         return final_response.strip()
-    # scoring.boxed_span is extract_boxed's brace matcher; extract_boxed itself is not used because it turns an
+    # boxed_span is extract_boxed's brace matcher; extract_boxed itself is not used because it turns an
     # empty box into the whole text, a benchmark quirk kept only for when2tool.
-    begin, end = scoring.boxed_span(final_response[start:])
+    begin, end = boxed_span(final_response[start:])
     return final_response[start + begin:start + end].strip()
 
 
@@ -170,7 +170,7 @@ class When2ToolScorer(_Base):
     name = "when2tool"
 
     def __call__(self, final_response: str, gold: str | None, *, instruction: str = "") -> bool:
-        return scoring.is_correct(final_response, gold)   # the benchmark's rule, untouched (a None gold: False)
+        return is_correct(final_response, gold)   # the benchmark's rule, untouched (a None gold: False)
 
 
 class ExactScorer(_Base):
@@ -193,7 +193,7 @@ def _edge_char(ch: str) -> bool:
 def normalize_text(text: str) -> str:
     """The ``normalized`` scorer's form of one side (see the module docstring)."""
     s = unicodedata.normalize("NFKC", text)
-    s = scoring.normalize_scalar(s)
+    s = normalize_scalar(s)
     s = unicodedata.normalize("NFKC", s.casefold())
     while True:
         before = s
@@ -237,7 +237,7 @@ def first_number(text: str) -> int | float | None:
         if k >= 2 and unicodedata.category(text[k - 1]) == "Sc" and text[k - 2] in "+-\u2212" \
                 and (k == 2 or not text[k - 3].isalnum()):
             sign = text[k - 2]
-    value = scoring.parse_number(("-" if sign in ("-", "\u2212") else "") + m.group("num").replace(",", ""))
+    value = parse_number(("-" if sign in ("-", "\u2212") else "") + m.group("num").replace(",", ""))
     if value is None or m.group("exp") is None:
         return value
     # Scientific notation, which parse_number does not read (6.02e23 is not 6.02); float() rounds it correctly.
@@ -477,7 +477,7 @@ def score_task(task: Any, final_response: str) -> bool:
     exactly as before scorers existed: ``is_correct(final_response, task.answer)``)."""
     spec = getattr(task, "scorer", None)
     if spec is None:
-        return scoring.is_correct(final_response, task.answer)
+        return is_correct(final_response, task.answer)
     key = json.dumps(spec, sort_keys=True, default=str) if not isinstance(spec, str) else spec
     with _BUILT_LOCK:
         scorer = _BUILT.get(key)

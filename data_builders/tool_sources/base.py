@@ -13,6 +13,7 @@ the same way; a plugin source may use them too.
 from __future__ import annotations
 
 import abc
+import contextlib
 import time
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -68,6 +69,16 @@ def failure(error_kind: str, error: str, *, started: float, content: str | None 
                       error_kind=error_kind, error=error, wall_s=time.monotonic() - started)
 
 
+def object_arguments(arguments: Any, started: float) -> dict | ToolResult:
+    """A call's arguments as a dict (None: no arguments), or the ``bad_arguments`` result for anything else."""
+    if arguments is None:
+        return {}
+    if not isinstance(arguments, dict):
+        return failure("bad_arguments", f"arguments must be a JSON object, got {type(arguments).__name__}",
+                       started=started)
+    return arguments
+
+
 def function_schema(name: str, description: str, parameters: dict[str, Any] | None) -> dict:
     """An OpenAI function-tool schema; empty parameters become an empty object (the API rejects a missing one)."""
     return {"type": "function", "function": {
@@ -77,7 +88,8 @@ def function_schema(name: str, description: str, parameters: dict[str, Any] | No
 
 class ToolSource(abc.ABC):
     """Tools of one origin behind one interface. Subclasses set ``kind`` (the spec's ``"kind"``) and implement
-    :meth:`tools` and :meth:`call`; :meth:`close` releases processes, threads and connections (idempotent)."""
+    :meth:`tools` and :meth:`_call` (or :meth:`call` whole); :meth:`close` releases processes, threads and
+    connections (idempotent)."""
 
     kind: ClassVar[str]
 
@@ -86,9 +98,34 @@ class ToolSource(abc.ABC):
         """OpenAI function-tool schemas: ``{"type": "function", "function": {"name", "description",
         "parameters"}}``."""
 
-    @abc.abstractmethod
+    #: serialises calls where a source holds one process or connection (a source sets its own lock)
+    _lock: Any = contextlib.nullcontext()
+
     def call(self, name: str, arguments: dict) -> ToolResult:
-        """Run one tool call. Never raises: every failure is a ToolResult with ``ok=False``."""
+        """Run one tool call. Never raises: every failure is a ToolResult with ``ok=False``.
+
+        Sources implement :meth:`_call`, one call at a time under ``_lock``; an exception it lets out becomes a
+        ``crash`` result here (after :meth:`_after_crash`), so the contract holds in one place. A source may
+        instead override this method whole (it must keep the contract)."""
+        started = time.monotonic()
+        try:
+            with self._lock:
+                return self._call(name, arguments, started)
+        except Exception as exc:  # the contract: call() never raises
+            try:
+                self._after_crash()
+            except Exception:
+                pass
+            return failure("crash", f"{self.kind} source failed: {self._describe(exc)}", started=started)
+
+    def _call(self, name: str, arguments: Any, started: float) -> ToolResult:
+        raise NotImplementedError(f"{type(self).__name__} implements neither call() nor _call()")
+
+    def _after_crash(self) -> None:
+        """Called when :meth:`_call` raised: drop state that is now unknown (a worker, a connection)."""
+
+    def _describe(self, exc: BaseException) -> str:
+        return f"{type(exc).__name__}: {exc}"
 
     def close(self) -> None:
         """Release what the source holds. The default holds nothing."""

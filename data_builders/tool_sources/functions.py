@@ -42,7 +42,6 @@ import multiprocessing
 import os
 import sys
 import threading
-import time
 from importlib import import_module
 from pathlib import Path
 from typing import Any
@@ -107,17 +106,8 @@ class FunctionSource(ToolSource):
     def tools(self) -> list[dict]:
         return [copy.deepcopy(s) for s in self._schemas.values()]
 
-    def call(self, name: str, arguments: dict) -> ToolResult:
-        started = time.monotonic()
-        try:
-            with self._lock:
-                return self._call(name, arguments, started)
-        except Exception as exc:  # the contract: call() never raises
-            try:
-                self._stop_worker(kill=True)   # a worker in an unknown state is not reused
-            except Exception:
-                pass
-            return failure("crash", f"functions source failed: {type(exc).__name__}: {exc}", started=started)
+    def _after_crash(self) -> None:
+        self._stop_worker(kill=True)   # a worker in an unknown state is not reused
 
     def close(self) -> None:
         with self._lock:

@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .base import CallLimits, ToolResult, ToolSource, clip, failure, function_schema
+from .base import CallLimits, ToolResult, ToolSource, clip, failure, function_schema, object_arguments
 
 # Slack above the per-call timeout before the caller gives up on the event loop itself (the SDK's own read timeout
 # fires first; this only matters if the loop thread were stuck).
@@ -145,13 +145,8 @@ class MCPSource(ToolSource):
                     raise RuntimeError(f"MCP server {self._target}: {_describe(exc)}") from exc
             return copy.deepcopy(self._tools)
 
-    def call(self, name: str, arguments: dict) -> ToolResult:
-        started = time.monotonic()
-        try:
-            with self._lock:
-                return self._call(name, arguments, started)
-        except Exception as exc:  # the contract: call() never raises
-            return failure("crash", f"MCP source failed: {_describe(exc)}", started=started)
+    def _describe(self, exc: BaseException) -> str:
+        return _describe(exc)
 
     def close(self) -> None:
         with self._lock:
@@ -181,11 +176,9 @@ class MCPSource(ToolSource):
     def _call(self, name: str, arguments: Any, started: float) -> ToolResult:
         if self._closed:
             return failure("crash", "the MCP source is closed", started=started)
-        if arguments is None:
-            arguments = {}
-        if not isinstance(arguments, dict):
-            return failure("bad_arguments", f"arguments must be a JSON object, got {type(arguments).__name__}",
-                           started=started)
+        arguments = object_arguments(arguments, started)
+        if isinstance(arguments, ToolResult):
+            return arguments
         try:
             conn = self._connection()
         except Exception as exc:

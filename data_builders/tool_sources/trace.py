@@ -29,12 +29,11 @@ from __future__ import annotations
 
 import copy
 import json
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from .base import CallLimits, ToolResult, ToolSource, clip, failure, function_schema
+from .base import CallLimits, ToolResult, ToolSource, clip, failure, function_schema, object_arguments
 
 
 def canonical_arguments(arguments: Any) -> str:
@@ -71,28 +70,22 @@ class TraceSource(ToolSource):
         declared = [copy.deepcopy(s) for s in self._declared.values()]
         return declared + [function_schema(n, "", None) for n in self.inferred_tools]
 
-    def call(self, name: str, arguments: dict) -> ToolResult:
-        started = time.monotonic()
+    def _call(self, name: str, arguments: Any, started: float) -> ToolResult:
+        if not isinstance(name, str) or (name not in self._declared and name not in self._called):
+            return failure("unknown_tool", f"unknown tool {name!r}", started=started)
+        arguments = object_arguments(arguments, started)
+        if isinstance(arguments, ToolResult):
+            return arguments
         try:
-            if not isinstance(name, str) or (name not in self._declared and name not in self._called):
-                return failure("unknown_tool", f"unknown tool {name!r}", started=started)
-            if arguments is None:
-                arguments = {}
-            if not isinstance(arguments, dict):
-                return failure("bad_arguments", f"arguments must be a JSON object, got {type(arguments).__name__}",
-                               started=started)
-            try:
-                key = canonical_arguments(arguments)
-            except (TypeError, ValueError) as exc:
-                return failure("bad_arguments", f"arguments are not JSON: {exc}", started=started)
-            recorded = self._results.get((name, key))
-            if recorded is None:
-                self.misses[name] += 1
-                return failure("trace_miss", f"the trace has no result for {name}({key[:300]})", started=started)
-            self.hits[name] += 1
-            return clip(recorded, self._limits, started=started)
-        except Exception as exc:  # the contract: call() never raises
-            return failure("crash", f"trace source failed: {type(exc).__name__}: {exc}", started=started)
+            key = canonical_arguments(arguments)
+        except (TypeError, ValueError) as exc:
+            return failure("bad_arguments", f"arguments are not JSON: {exc}", started=started)
+        recorded = self._results.get((name, key))
+        if recorded is None:
+            self.misses[name] += 1
+            return failure("trace_miss", f"the trace has no result for {name}({key[:300]})", started=started)
+        self.hits[name] += 1
+        return clip(recorded, self._limits, started=started)
 
     # -- reading ------------------------------------------------------------------------------------------------
 

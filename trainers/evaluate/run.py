@@ -45,7 +45,7 @@ from data_builders.environments.isolation import announce as announce_sandbox
 from data_builders.backends.loading import REPO_ROOT
 from data_builders.executors import LocalExecutor, executor_from_config, spread
 from data_builders.features.probe import probe_features
-from data_builders.gates import GATES
+from data_builders.gates import BY_KIND, GATES
 from data_builders.metrics.patterns import count_patterns
 from data_builders.metrics.pte import PTEConfig, trajectory_pte
 from data_builders.points.store import load_points
@@ -99,8 +99,15 @@ class Loaded:
 
 
 # ---------------------------------------------------------------------------- arms
-# The arms that load a controller: their key under ``arms`` -> the gate (data_builders.gates) it must serve.
-CONTROLLER_ARMS = {"probe": "probe_prefill", "toolgate": "toolgate", "g_step": "g_step"}
+def arm_gate(key: str) -> str:
+    """The gate (data_builders.gates) an arm that loads a controller serves: the arm is named by the gate
+    (``toolgate``, ``g_step``) or by its decision-point kind (``probe``)."""
+    return GATES[key].name if key in GATES else BY_KIND[key].name
+
+
+def _controller_arms(arms: DictConfig) -> list[str]:
+    """The run's arms that load a controller: those configured with a checkpoint."""
+    return [key for key in arms if isinstance(arms.get(key), DictConfig) and "checkpoint" in arms[key]]
 
 
 def _checkpoint_dir(path: str) -> Path:
@@ -108,28 +115,27 @@ def _checkpoint_dir(path: str) -> Path:
     return p if p.exists() else REPO_ROOT / p
 
 
-def load_controllers(cfg: DictConfig) -> dict[str, tuple[Any, Path]]:
-    """Arm key -> (controller, checkpoint directory) for every controller the run's arms use, each checked as far
+def load_controllers(cfg: DictConfig) -> dict[str, tuple[Any, Path, str]]:
+    """Arm key -> (controller, checkpoint directory, gate) for every controller the run's arms use, each checked as far
     as it can be without the policy: the directory exists, ``config.json`` parses with a feature contract, the
     safetensors file is complete with finite weights (:func:`controllers.load`), and the contract's featurizer is
     the arm's gate's. Called before the policy loads (tens of seconds), so a missing or truncated checkpoint fails
     at once; the error names the arm's key, the checkpoint as configured and the file at fault."""
     out = {}
-    for key, gate in CONTROLLER_ARMS.items():
-        if not cfg.arms.get(key):
-            continue
+    for key in _controller_arms(cfg.arms):
+        gate = arm_gate(key)
         given = cfg.arms[key].checkpoint
         path = _checkpoint_dir(given)
         try:
-            out[key] = (checked(controllers.load(path), gate, None, strict=False), path)
+            out[key] = (checked(controllers.load(path), gate, None, strict=False), path, gate)
         except (controllers.ControllerLoadError, controllers.ContractMismatch) as e:
             raise type(e)(f"arms.{key}.checkpoint={given}: {e}") from None
     return out
 
 
-def _controller(found: tuple[Any, Path], gate: str, policy: str, strict: bool) -> Loaded:
+def _controller(found: tuple[Any, Path, str], policy: str, strict: bool) -> Loaded:
     """A controller from :func:`load_controllers`, its contract checked against ``policy`` now that it is known."""
-    controller, p = found
+    controller, p, gate = found
     return Loaded(checked(controller, gate, policy, strict=strict), p, file_digest(p / "model.safetensors"))
 
 
@@ -138,7 +144,7 @@ def _tau(value, controller) -> float:
 
 
 def build_arms(cfg: DictConfig, policy: str, call_format: str,
-               found: dict[str, tuple[Any, Path]] | None = None) -> tuple[list[Arm], dict]:
+               found: dict[str, tuple[Any, Path, str]] | None = None) -> tuple[list[Arm], dict]:
     """All arms of the run, and the loaded controllers (for their AUROC in the report). ``found``: the
     controllers :func:`load_controllers` loaded before the policy (default: loaded here)."""
 
@@ -154,7 +160,7 @@ def build_arms(cfg: DictConfig, policy: str, call_format: str,
                                 bool(reasoning), agent={"constrained_calls": True} if constrained else {}))
 
     if a.get("probe"):
-        loaded["probe"] = _controller(found["probe"], "probe_prefill", policy, a.strict_contracts)
+        loaded["probe"] = _controller(found["probe"], policy, a.strict_contracts)
         probe, h = loaded["probe"].controller, loaded["probe"].digest
         for style in a.probe.styles:
             for decision in ("use", "skip"):
@@ -167,14 +173,14 @@ def build_arms(cfg: DictConfig, policy: str, call_format: str,
                                 tau=tau, compose=_probe_composer(style, tau)))
 
     if a.get("toolgate"):
-        loaded["toolgate"] = _controller(found["toolgate"], "toolgate", policy, a.strict_contracts)
+        loaded["toolgate"] = _controller(found["toolgate"], policy, a.strict_contracts)
         gate, h = loaded["toolgate"].controller, loaded["toolgate"].digest
         for tau in sorted({_tau(t, gate) for t in a.toolgate.taus}):
             arms.append(Arm(f"toolgate@{tau:.2f}", "toolgate",
                             {"name": "toolgate", "gate": h, "tau": tau}, tau=tau,
                             hooks=lambda tau=tau: ToolGate(gate, tau)))
     if a.get("g_step"):
-        loaded["g_step"] = _controller(found["g_step"], "g_step", policy, a.strict_contracts)
+        loaded["g_step"] = _controller(found["g_step"], policy, a.strict_contracts)
         gstep, h = loaded["g_step"].controller, loaded["g_step"].digest
         for tau in sorted({_tau(t, gstep) for t in a.g_step.taus}):
             arms.append(Arm(f"g_step@{tau:.2f}", "g_step", {"name": "g_step", "gate": h, "tau": tau}, tau=tau,
