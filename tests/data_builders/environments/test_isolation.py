@@ -44,9 +44,10 @@ def test_require_isolation_refuses_without_user_namespaces_and_says_how_to_enabl
     assert "max_user_namespaces" in refused and "sysctl -w user.max_user_namespaces=" in refused, refused
 
 
-def test_the_cli_refuses_before_loading_the_policy():
+def test_the_cli_refuses_before_loading_the_policy(tmp_path):
+    # Hydra's run directory in tmp_path: a user may not write to the checkout (and the test leaves nothing there)
     done = _without_user_namespaces(sys.executable, "-m", "data_builders.build", "sandbox.require_isolation=true",
-                                    "limit=1", "out_dir=/nonexistent/never-written")
+                                    "limit=1", "out_dir=/nonexistent/never-written", f"hydra.run.dir={tmp_path}")
     assert done.returncode != 0
     assert "IsolationUnavailable" in done.stderr and "max_user_namespaces" in done.stderr, done.stderr[-3000:]
     assert "Loading" not in done.stderr and not Path("/nonexistent/never-written").exists()
