@@ -54,6 +54,9 @@ def check_contract_dict(contract: Any, rank: int) -> None:
         raise ValueError(f"contract.featurizer must be {{'name': str, 'version': int}}, got {feat!r}")
     if not isinstance(contract.get("backend"), str):
         raise ValueError(f"contract.backend must be a string, got {contract.get('backend')!r}")
+    names = contract.get("feature_names")
+    if names is not None and not (isinstance(names, list) and all(isinstance(n, str) for n in names)):
+        raise ValueError(f"contract.feature_names must be a list of strings, got {names!r}")
     shape = contract.get("input_shape")
     if not (isinstance(shape, list) and len(shape) == rank
             and all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in shape)):
@@ -147,14 +150,25 @@ class Controller(nn.Module, PyTorchModelHubMixin, library_name="toolwise", tags=
         return super().save_pretrained(save_directory, **kwargs)
 
     # ------------------------------------------------------------------ contract
-    def check_contract(self, *, featurizer: dict | None = None, backend: str | None = None) -> None:
-        """Raise unless features from ``featurizer`` on ``backend`` are what this controller was trained on."""
+    def check_contract(self, *, featurizer: dict | None = None, backend: str | None = None,
+                       feature_names: Sequence[str] | None = None) -> None:
+        """Raise unless features from ``featurizer`` on ``backend`` are what this controller was trained on.
+        ``feature_names``: the featurizer's named columns, compared with those the checkpoint recorded (a
+        checkpoint from before names were recorded has none to compare: its featurizer version decides)."""
         want = self.contract
         if featurizer is not None:
             got = {"name": featurizer["name"], "version": int(featurizer["version"])}
             if got != want["featurizer"]:
                 raise ContractMismatch(f"{self.registry_name} was trained on featurizer {want['featurizer']}, "
                                        f"got features from {got}")
+        trained = want.get("feature_names")
+        if feature_names is not None and trained is not None and list(trained) != list(feature_names):
+            missing = [n for n in trained if n not in feature_names]
+            new = [n for n in feature_names if n not in trained]
+            raise ContractMismatch(
+                f"{self.registry_name} was trained on the feature columns {list(trained)}; this featurizer computes "
+                f"{list(feature_names)} (not computed now: {missing or 'none'}; new: {new or 'none'}; else the order "
+                "differs): refit the controller on points built with this featurizer")
         if backend is not None and backend != want["backend"]:
             raise ContractMismatch(f"{self.registry_name} was trained on the policy {want['backend']!r}; "
                                    f"these features come from {backend!r}")

@@ -49,7 +49,9 @@ def prefill_text(decision: Literal["skip", "use"], style: str, call_format: str 
 def checked(controller: Controller, gate_name: str, policy: str | None, *, strict: bool = True) -> Controller:
     """The controller, after checking it was trained on the features of gate ``gate_name``'s featurizer, computed
     on ``policy``."""
-    controller.check_contract(featurizer=gate_named(gate_name).featurizer.id, backend=policy if strict else None)
+    featurizer = gate_named(gate_name).featurizer
+    controller.check_contract(featurizer=featurizer.id, backend=policy if strict else None,
+                              feature_names=featurizer.feature_names)
     return controller.eval()
 
 

@@ -315,7 +315,7 @@ def episode_from_openai(messages: Any, tools: Any = None, *, task: Task | dict |
     instruction, prompt_mode, reasoning = split_user_prompt(first_user)
     mode = P.canonical_mode(mode or prompt_mode or "default")
     view = EpisodeView(task=_task(task, instruction, tools), messages=out, turns=turns, calls=calls,
-                       round=len(turns), mode=mode)
+                       round=len(turns), mode=mode, tools=tools)
     return Converted(view=view, reasoning=reasoning, call_format=call_format)
 
 

@@ -38,6 +38,9 @@ class EpisodeView:
     round: int
     mode: str
     extra: dict[str, Any] = field(default_factory=dict)
+    # the OpenAI tool specs the episode offers (what the policy's prompt rendered): ToolGate reads the called
+    # tool's schema and description here, so its features need no vocabulary of tool names
+    tools: list[dict] = field(default_factory=list)
 
 
 class Hooks:

@@ -107,7 +107,7 @@ class _Episode:
     appended_tokens: int = 0
 
     def view(self, mode: str) -> EpisodeView:
-        return EpisodeView(self.task, self.messages, self.turns, self.calls, self.round, mode)
+        return EpisodeView(self.task, self.messages, self.turns, self.calls, self.round, mode, tools=self.tools)
 
 
 class Agent:

@@ -9,7 +9,7 @@ computed by the same function on the same state. One per decision-point kind (wh
 kind        featurizer                  input at the decision moment
 ==========  ==========================  =====================================================================
 probe       ``last_token_hidden`` v1    hidden states of the first prompt's last token, every layer (When2Tool, arXiv 2605.09252)
-flip        ``toolgate_minilm`` v2      MiniLM embedding of the pending call and the question + structural (arXiv 2606.03054)
+flip        ``toolgate_minilm`` v3      MiniLM embedding of the pending call and the question + structural (arXiv 2606.03054)
 commit      ``gstep`` v2                fixed-length vector of trajectory/answer/log-prob statistics (arXiv 2605.00136)
 ==========  ==========================  =====================================================================
 """
@@ -39,6 +39,14 @@ class Featurizer:
     @property
     def id(self) -> dict:
         return {"name": self.name, "version": self.version}
+
+    @property
+    def feature_names(self) -> tuple[str, ...] | None:
+        """The named feature columns (``FEATURE_NAMES``: ToolGate's structural features, G-STEP's vector), which a
+        checkpoint records and the contract check compares; None for a featurizer without named columns (the
+        probe's hidden states)."""
+        names = getattr(self._mod, "FEATURE_NAMES", None)
+        return tuple(names) if names is not None else None
 
     def controller_input(self, tensors: dict):
         """The controller's input tensor from the named feature tensors this featurizer produced (a dataset

@@ -182,6 +182,7 @@ _SPEC: tuple[tuple[str, str], ...] = (
 )
 
 GSTEP_FEATURES: tuple[str, ...] = tuple(name for name, _ in _SPEC)
+FEATURE_NAMES = GSTEP_FEATURES   # what a checkpoint records (contract["feature_names"]) and the contract check compares
 GSTEP_FEATURE_DESCRIPTIONS: dict[str, str] = dict(_SPEC)
 N_FEATURES = len(GSTEP_FEATURES)
 

@@ -14,6 +14,15 @@ ACTIONS = {"probe": "call tools for this task (else the response is prefilled to
            "commit": "continue with a verification round (else the answer is committed)"}
 
 
+def _named(contract: dict) -> str:
+    out = ""
+    if contract.get("feature_names"):
+        out += f"; named columns (checked on load): {', '.join(contract['feature_names'])}"
+    if contract.get("tools_seen") is not None:
+        out += f"\n- Tools its points called ({len(contract['tools_seen'])}): {', '.join(contract['tools_seen'])}"
+    return out
+
+
 def controller_card(recipe: DictConfig, controller, metrics: dict, manifest: dict, export_dir, command: str) -> str:
     kind = manifest["kind"]
     test, cal = metrics["splits"]["test"], metrics["calibration"]
@@ -37,7 +46,7 @@ Decides, at each `{kind}` decision point, whether to **{ACTIONS.get(kind, 'take 
 - Label rule: {manifest['label_rule']}
 - Policy (backend fingerprint): `{manifest['backend']}`
 - Featurizer: `{manifest['featurizer']['name']}` v{manifest['featurizer']['version']}, input shape
-  {controller.contract['input_shape']}
+  {controller.contract['input_shape']}{_named(controller.contract)}
 - Tasks: `{json.dumps(manifest.get('task_source'))}` (task hash {manifest['task_hash']})
 - Points: {metrics['points']}; dataset `{metrics['dataset']}`
 - Training: {metrics['train_seconds']:.1f} s (Lightning, CPU)
@@ -53,9 +62,11 @@ Columns: see `trainers/controller/metrics.py` (`missed` = positives denied the a
 
 ```python
 import controllers
+from data_builders.features import FEATURIZERS
 gate = controllers.load("{export_dir}")
 gate.check_contract(featurizer={{"name": "{manifest['featurizer']['name']}", "version": {manifest['featurizer']['version']}}},
-                    backend="{manifest['backend']}")
+                    backend="{manifest['backend']}",
+                    feature_names=FEATURIZERS["{kind}"].feature_names)
 p = gate.predict_proba(x)      # x from data_builders.features.FEATURIZERS["{kind}"].controller_input(...)
 ```
 

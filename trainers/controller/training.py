@@ -42,8 +42,14 @@ def split_tensors(points: PointSet, kind: str) -> dict[str, tuple[torch.Tensor, 
 
 def new_controller(recipe: DictConfig, points: PointSet, x_train: torch.Tensor, **override) -> Controller:
     m = points.manifest
+    names = FEATURIZERS[m["kind"]].feature_names
+    # the tools the flip points' calls named: which tools the gate has seen (its card and the evaluator say
+    # when a decision is about a tool outside them; the features themselves name no tool)
+    tools = sorted(set(points.points["tool"])) if "tool" in points.points.column_names else None
     contract = make_contract(m["featurizer"], m["backend"], x_train.shape[1:], kind=m["kind"],
-                             label_rule=m["label_rule"], task_hash=m["task_hash"])
+                             label_rule=m["label_rule"], task_hash=m["task_hash"],
+                             **({"feature_names": list(names)} if names is not None else {}),
+                             **({"tools_seen": tools} if tools is not None else {}))
     # the recipe names the gate, the gate its controller class; the recipe's controller node is that class's arguments
     cls = REGISTRY[gate_named(recipe.name).controller]
     params = OmegaConf.to_container(recipe.controller, resolve=True)

@@ -77,3 +77,65 @@ def test_summary_puts_the_pending_call_first_and_caps_both_parts():
     assert question.startswith("What is 12*7?") and len(question) == CAPS["question"] and question.endswith("…")
     long_call = SimpleNamespace(name="run_code", arguments={"code": "print(1)\n" * 50})
     assert len(summary_text(view, long_call).split(" | ")[0]) == CAPS["call"]
+
+
+# ---------------------------------------------------------------------------- v3 structural features
+from data_builders.features.toolgate import STRUCTURAL, structural_features  # noqa: E402
+
+CONVERT = {"type": "function", "function": {
+    "name": "convert_units", "description": "Convert a quantity between units of length or mass.",
+    "parameters": {"type": "object", "properties": {
+        "value": {"type": "number", "description": "the quantity"},
+        "from_unit": {"type": "string", "description": "unit to convert from"},
+        "to_unit": {"type": "string", "description": "unit to convert to"}},
+        "required": ["value", "from_unit", "to_unit"]}}}
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather for a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+
+
+def _view(instruction, tools, calls=(), round_=0):
+    return SimpleNamespace(task=SimpleNamespace(instruction=instruction), tools=list(tools), calls=list(calls),
+                           round=round_)
+
+
+def _f(view, name, args):
+    return dict(zip(STRUCTURAL, structural_features(view, SimpleNamespace(name=name, arguments=args))))
+
+
+def test_v3_features_describe_the_call_against_its_schema_and_the_question():
+    view = _view("Convert 12 miles to kilometers, please.", [CONVERT, WEATHER])
+    f = _f(view, "convert_units", {"value": 12, "from_unit": "miles", "to_unit": "kilometers"})
+    assert f["tool_offered"] == 1 and f["tools_offered"] == 2 / 20 and f["schema_params"] == 0.3
+    assert f["required_given"] == 1 and f["unknown_args"] == 0 and f["type_mismatch"] == 0 and f["no_args"] == 0
+    assert f["args_in_question"] == 1.0          # 12, "miles" and "kilometers" are all in the question
+    assert f["tool_words_in_question"] > 0 and f["question_words_in_tool"] > 0
+    # a badly formed call: a value of the wrong type, an undeclared argument, a required one missing
+    bad = _f(view, "convert_units", {"value": "twelve", "unit": "mi"})
+    assert bad["required_given"] == 1 / 3 and bad["unknown_args"] == 0.5 and bad["type_mismatch"] == 1.0
+    assert bad["args_in_question"] == 0.0
+    # a tool the episode does not offer (the policy made it up): nothing of a schema to compare
+    made_up = _f(view, "translate", {"text": "miles"})
+    assert made_up["tool_offered"] == 0 and made_up["schema_params"] == 0 and made_up["unknown_args"] == 1.0
+    # an irrelevant tool for the question: little shared vocabulary
+    weather = _f(_view("Convert 12 miles to kilometers, please.", [WEATHER]), "get_weather", {"city": "Paris"})
+    assert weather["args_in_question"] == 0 and weather["tool_words_in_question"] == 0
+    assert weather["question_words_in_tool"] < f["question_words_in_tool"]
+
+
+def test_v3_features_name_no_tool_so_they_carry_over_to_tools_never_seen():
+    """Two tools with different names but the same schema and description give the same structural vector."""
+    renamed = {"type": "function", "function": {**CONVERT["function"], "name": "UnitsConvert"}}
+    q = "Convert 12 miles to kilometers."
+    a = structural_features(_view(q, [CONVERT]), SimpleNamespace(name="convert_units", arguments={"value": 12}))
+    b = structural_features(_view(q, [renamed]), SimpleNamespace(name="UnitsConvert", arguments={"value": 12}))
+    assert a.shape == (len(STRUCTURAL),) and a.dtype == np.float32
+    # the name is another string with the same words: the features see words, never an index of names
+    np.testing.assert_array_equal(a, b)
+
+
+def test_v3_features_are_finite_on_odd_input():
+    view = _view("", [{"type": "function", "function": {"name": "f"}}, "not a spec", {"function": 3}])
+    for args in ({}, {"x": float("nan")}, {"x": [1, {"y": None}]}, {"x": True}):
+        v = structural_features(view, SimpleNamespace(name="f", arguments=args))
+        assert np.isfinite(v).all()
