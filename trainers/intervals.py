@@ -8,6 +8,8 @@ for a controller's AUROC).
   exactly [0, 0], however hard the tasks.
 * :func:`auroc_interval` — AUROC with positives and negatives resampled separately (a stratified bootstrap, as
   pROC does), so every resample has both classes and keeps the split's base rate.
+* :func:`kappa_interval` — Cohen's kappa of two raters' verdicts on the same units (a judge against exact
+  scoring), the units resampled paired.
 
 The percentile method, not BCa: BCa's jackknife acceleration is undefined on the constant samples these reports
 meet (an arm right on every task, two arms that never differ), where the percentile interval is the point.
@@ -15,6 +17,7 @@ An interval needs at least two units (two points per class for AUROC); with fewe
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -91,3 +94,46 @@ def auroc_interval(scores: Sequence[float], labels: Sequence[int],
     # resamples x points of ranks held at once; batch keeps that under ~2e7 floats for large splits
     batch = max(1, int(2e7 // (len(pos) + len(neg))))
     return _run((pos, neg), _auroc, spec, batch=batch)
+
+
+def _kappa(a, b, axis=-1):
+    """Cohen's kappa of two raters' 0/1 verdicts along ``axis`` (``sklearn.metrics.cohen_kappa_score``, vectorized
+    over resamples); NaN where it is undefined: both raters give one and the same verdict on every unit, so chance
+    agreement is 1 and kappa is 0/0."""
+    observed = np.mean(a == b, axis=axis)
+    pa, pb = np.mean(a, axis=axis), np.mean(b, axis=axis)
+    chance = pa * pb + (1 - pa) * (1 - pb)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(chance < 1, (observed - chance) / (1 - chance), np.nan)
+
+
+def kappa_interval(a: Sequence[bool], b: Sequence[bool],
+                   spec: BootstrapSpec = BootstrapSpec()) -> tuple[Interval | None, int]:
+    """Interval of Cohen's kappa between two raters whose verdicts ``a[i]`` and ``b[i]`` are on the same unit,
+    units drawn once for both (``paired=True``). Returns ``(interval, undefined)``: ``undefined`` counts the
+    resamples where kappa is 0/0 (both raters unanimous and alike, likely only with few units or an extreme base
+    rate); they are left out of the percentiles, as the point estimate itself is not reported when undefined, and
+    counted so that a report can say how many. The interval is None with fewer than two units or no defined
+    resample."""
+    x, y = np.asarray(a, float), np.asarray(b, float)
+    if x.shape != y.shape or x.ndim != 1:
+        raise ValueError(f"paired verdicts must be two equal-length 1-D arrays, got {x.shape} and {y.shape}")
+    if len(x) < 2:
+        return None, 0
+    with warnings.catch_warnings():
+        # scipy's own interval is NaN as soon as one resample is undefined, and warns so; it is recomputed below
+        # from the defined resamples, so the warning says nothing about the result
+        warnings.simplefilter("ignore", stats.DegenerateDataWarning)
+        res = stats.bootstrap((x, y), _kappa, n_resamples=spec.replicates, confidence_level=spec.level,
+                              method="percentile", vectorized=True, paired=True,
+                              rng=np.random.default_rng(spec.seed))
+    replicates = np.asarray(res.bootstrap_distribution, float)
+    defined = replicates[np.isfinite(replicates)]
+    undefined = int(replicates.size - defined.size)
+    if defined.size == 0:
+        return None, undefined
+    alpha = (1 - spec.level) / 2
+    # the quantiles scipy's percentile method takes of its resamples, so that with every resample defined this is
+    # exactly scipy's interval
+    low, high = stats.quantile(defined, np.array([alpha, 1 - alpha]))
+    return (float(low), float(high)), undefined

@@ -1,12 +1,13 @@
-"""trainers.intervals: seeded scipy bootstrap intervals of means, paired differences and AUROC."""
+"""trainers.intervals: seeded scipy bootstrap intervals of means, paired differences, AUROC and Cohen's kappa."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 from scipy import stats
-from sklearn.metrics import roc_auc_score
+from sklearn.metrics import cohen_kappa_score, roc_auc_score
 
-from trainers.intervals import BootstrapSpec, auroc_interval, mean_interval, paired_difference_interval
+from trainers.intervals import (BootstrapSpec, auroc_interval, kappa_interval, mean_interval,
+                                paired_difference_interval)
 
 
 def bernoulli(n: int, p: float, seed: int = 0) -> np.ndarray:
@@ -75,3 +76,31 @@ def test_auroc_interval_is_stratified_and_brackets_sklearns_value():
     # every resample keeps both classes, so a split with two negatives still gets an interval
     assert auroc_interval(np.r_[s[:30], 0.0, 5.0], np.r_[y[:30], 0, 0]) is not None
     assert auroc_interval(s[:31], y[:31]) is None                         # one negative: undefined
+
+
+def test_kappa_interval_is_scipys_percentile_interval_of_sklearns_kappa():
+    rng = np.random.default_rng(4)
+    a = rng.random(120) < 0.5
+    b = np.where(rng.random(120) < 0.8, a, ~a)                           # agrees on ~80 %
+    ci, undefined = kappa_interval(a, b)
+    assert undefined == 0
+    # every resample defined: exactly scipy's paired percentile bootstrap of the same statistic
+    def kappa(x, y, axis):
+        rows = zip(x.reshape(-1, x.shape[-1]), y.reshape(-1, y.shape[-1]))
+        return np.array([cohen_kappa_score(u, v) for u, v in rows]).reshape(x.shape[:-1])
+
+    want = stats.bootstrap((a, b), kappa, paired=True, vectorized=True, n_resamples=2000, method="percentile",
+                           rng=np.random.default_rng(0)).confidence_interval
+    assert ci == pytest.approx((want.low, want.high))
+    assert ci[0] <= cohen_kappa_score(a, b) <= ci[1]
+    assert kappa_interval(a, b) == (ci, 0)                                 # seeded
+
+
+def test_kappa_interval_leaves_out_undefined_resamples():
+    # four units: some resamples draw only the units where both raters say the same thing, where kappa is 0/0
+    ci, undefined = kappa_interval([1, 0, 1, 1], [1, 0, 0, 1])
+    assert 0 < undefined < 2000 and -1 <= ci[0] <= ci[1] <= 1
+    assert kappa_interval([1, 1, 1], [1, 1, 1]) == (None, 2000)             # unanimous and alike: never defined
+    assert kappa_interval([1], [0]) == (None, 0)
+    with pytest.raises(ValueError, match="equal-length"):
+        kappa_interval([1, 0], [1, 0, 1])
