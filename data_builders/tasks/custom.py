@@ -38,8 +38,11 @@ _FIELDS = {"id", "instruction", "tools", "answer", "scorer", "category", "diffic
 
 
 def _split_of(task_id: Any, test_fraction: float, seed: int) -> str:
-    """A stable split by id: the same id lands in the same split on every machine and every run."""
-    h = hashlib.sha256(f"{seed}:{task_id}".encode()).digest()
+    """A stable split by id: the same id lands in the same split on every machine and every run. The hash is
+    salted with "test-split": the builder carves its val split out of train by the unsalted ``{seed}:{id}`` hash
+    (``data_builders.build.split_of``), and the same hash here would leave every train task above the test
+    fraction, so val would be empty whenever val_fraction <= test_fraction."""
+    h = hashlib.sha256(f"test-split:{seed}:{task_id}".encode()).digest()
     return "test" if int.from_bytes(h[:8], "big") / 2**64 < test_fraction else "train"
 
 

@@ -118,6 +118,13 @@ def test_records_without_a_split_are_split_by_id_reproducibly(tmp_path):
     test = load_tasks("custom", split="test", path=str(path), sources=SOURCES, test_fraction=0.25)
     again = load_tasks("custom", split="test", path=str(path), sources=SOURCES, test_fraction=0.25)
     assert [t.id for t in test] == [t.id for t in again] and 30 <= len(test) <= 70
+    # the builder's val split (carved out of train by its own hash of the id) is not empty: the two hashes are
+    # independent, so a val fraction below the test fraction still takes its share of the train tasks
+    from data_builders.build import split_of
+
+    train = load_tasks("custom", split="train", path=str(path), sources=SOURCES, test_fraction=0.25)
+    val = [t for t in train if split_of(t, 0.15, 0) == "val"]
+    assert 0.05 * len(train) <= len(val) <= 0.3 * len(train)
     # every existing selection works on them
     assert len(load_tasks("custom", split="test", path=str(path), sources=SOURCES, limit=5)) == 5
     assert len(load_tasks("custom", split="test", path=str(path), sources=SOURCES, per_cell=3)) == 3
