@@ -45,7 +45,7 @@ from data_builders.agent.prompts import ALL_MODES, CALL_FORMATS, MODE_ALIASES, M
 from data_builders.gates import GATES
 from data_builders.metrics.hardware import HardwareProfile
 from data_builders.metrics.pte import PARAM_CONVENTIONS, PTEConfig
-from data_builders.tasks import SOURCE_ENVS
+from data_builders.tasks import SOURCE_ENVS, bfcl
 from data_builders.tasks.builtin import TIERS
 from data_builders.tasks.distractors import DISTRACTOR_KINDS
 from data_builders.tasks.schema import DIFFICULTIES, SPLITS
@@ -270,6 +270,34 @@ class CustomTasksConfig:
     difficulties: Optional[List[str]] = param(None, "e.g. [easy, medium]; null = all")
     per_cell: Optional[int] = param(None, "k = a stratified, seeded subsample: k tasks per environment x "
                                           "difficulty cell; null = all")
+    sample_seed: int = param(0, "the subsample's seed")
+
+
+def bfcl_categories(values: Any) -> str | None:
+    """What data_builders.tasks.bfcl refuses in a categories list (live_* held out, others unsupported), or None."""
+    try:
+        bfcl.check_categories(values)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+@dataclass
+class BFCLTasksConfig:
+    """``tasks=bfcl``: the Berkeley Function Calling Leaderboard v4's irrelevance, simple_python and multiple
+    categories, scored on the episode's calls (data_builders/tasks/bfcl.py, docs/bfcl.md)."""
+    source: str = param("bfcl", "the task source", choices=("bfcl",))
+    path: Optional[str] = param(None, "the bfcl-eval wheel, a folder holding it, or an extracted bfcl_eval/data "
+                                      f"folder; null = {bfcl.DEFAULT_DIR}/*.whl, else an installed bfcl_eval")
+    categories: List[str] = param(list(bfcl.CATEGORIES), "BFCL categories; live_* are refused (held out as an "
+                                                         "independent check)", check=bfcl_categories)
+    test_fraction: float = param(0.3, "share of each category that goes to test (seeded by id)", ge=0, le=1)
+    split_seed: int = param(0, "the split's seed")
+    envs: Optional[List[str]] = param(None, "environments to keep (one per category: bfcl_<category>); null = all",
+                                      items=bfcl.ENVS)
+    difficulties: Optional[List[str]] = param(None, "every BFCL task is easy; null = all", items=DIFFICULTIES)
+    per_cell: Optional[int] = param(None, "k = a stratified, seeded subsample: k tasks per category; null = all",
+                                    ge=1)
     sample_seed: int = param(0, "the subsample's seed")
 
 
@@ -950,6 +978,7 @@ SCHEMAS: list[tuple[str | None, str, type]] = [
     ("tasks", "when2tool_schema", When2ToolTasksConfig),
     ("tasks", "gsm8k_schema", GSM8KTasksConfig),
     ("tasks", "custom_schema", CustomTasksConfig),
+    ("tasks", "bfcl_schema", BFCLTasksConfig),
     ("tasks", "mixture_schema", MixtureTasksConfig),
     ("logger", "schema", LoggerConfig),
     ("logger", "wandb_schema", WandbLoggerConfig),

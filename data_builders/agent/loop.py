@@ -23,7 +23,7 @@ from ..tasks.scoring import extract_boxed, token_cost
 from . import prompts as P
 from .hooks import EpisodeView, Hooks, PromptState
 from .parsing import has_boxed, parse_tool_call, reasoning_present
-from .trajectory import Call, Decision, Trajectory, Turn, error_kind
+from .trajectory import Call, Decision, Trajectory, Turn, error_kind, executed_calls
 
 CONTEXT_EXCEEDED = "[CONTEXT_LENGTH_EXCEEDED]"
 TOOL_ACCESS = ("real", "noop", "hidden")
@@ -416,7 +416,7 @@ class Agent:
                       **({"constrained_calls": True} if cfg.constrained_calls else {})},
             messages=ep.messages, turns=ep.turns, calls=ep.calls, decisions=ep.decisions,
             final_response=ep.final_response, answer=extract_boxed(ep.final_response),
-            gold=t.answer, correct=score_task(t, ep.final_response),
+            gold=t.answer, correct=score_task(t, ep.final_response, calls=executed_calls(ep.calls)),
             rounds=len(ep.turns), ended=ep.ended, **ep.counts,
             generation_tokens=ep.generation_tokens, appended_prompt_tokens=ep.appended_tokens,
             token_cost=token_cost(ep.generation_tokens, ep.appended_tokens),

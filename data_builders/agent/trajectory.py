@@ -74,6 +74,12 @@ def error_kind(payload: dict) -> str | None:
 
 
 # ---------------------------------------------------------------------------------------------- errors
+def executed_calls(calls: Iterable["Call"]) -> list[tuple[str, dict]]:
+    """The calls that ran in the environment, as ``(name, arguments)`` in order: what a scorer that judges calls
+    reads (``score_task(..., calls=)``). A skipped, no-op or rejected call never reached a tool, so it is not one."""
+    return [(c.name, c.args) for c in calls if c.status == "executed"]
+
+
 class TrajectoryError(ValueError):
     """A trajectory record breaks the schema, or lacks a field a metric needs. ``task`` is its task id (None
     when unknown), ``field`` the offending field as a path (``turns[1].decode_tokens``)."""

@@ -10,7 +10,10 @@ each kind's points train: ``data_builders.gates`` (the gate registry reads :data
 * ``flip`` (arXiv 2606.03054): one point per call the policy proposes in ``default``-mode rollouts. A forced answer
   (generation prefilled with ``\\boxed{``) is taken right before the call and right after its tool output;
   class helpful (wrong→right), harmful (right→wrong) or unchanged; label execute-positive = helpful and the
-  episode ends correct.
+  episode ends correct. A task whose scorer judges calls rather than text (``bfcl_ast``) scores "before" with the
+  calls executed before this one and "after" with it too. On BFCL that labels an episode's first call execute iff it
+  passes the AST check and the episode ends correct (no call after it); every later call, and every call on an
+  irrelevance task (the first one harmful), is labelled skip (docs/bfcl.md).
 * ``commit`` (arXiv 2605.00136): one point per episode that answers. At the answer the recording hook says
   "continue", so the loop injects one verification round (capped by ``verify_rounds``). Two label rules
   (``commit_label``): ``wrong`` (default) — continue iff the answer at the decision is wrong, the gate is a
@@ -31,7 +34,7 @@ import torch
 from ..agent import prompts as P
 from ..agent.hooks import Hooks
 from ..agent.loop import Agent, AgentConfig
-from ..agent.trajectory import Trajectory
+from ..agent.trajectory import Trajectory, executed_calls
 from ..backends.base import SamplingParams
 from ..environments import make_environment
 from ..features.gstep import GSTEP_FEATURES, gstep_features
@@ -98,19 +101,22 @@ class _CallRecorder(Hooks):
 
     def pre_call(self, episode, call):
         text, structural = toolgate_state(episode, call)
+        # n_calls: where this call will sit in the episode's calls, so the forced answers can be scored with the
+        # calls executed before it and with it (a scorer that judges calls, e.g. bfcl_ast, reads them)
         self.points.setdefault(id(episode.task), []).append(
-            {"n_messages": len(episode.messages), "round": episode.round, "tool": call.name, "text": text,
-             "structural": structural})
+            {"n_messages": len(episode.messages), "n_calls": len(episode.calls), "round": episode.round,
+             "tool": call.name, "text": text, "structural": structural})
         return "execute"
 
 
-def _forced_answers(backend, items: list[tuple[Task, list[dict]]], cfg: Any) -> list[bool]:
+def _forced_answers(backend, items: list[tuple[Task, list[dict], list[tuple[str, dict]]]], cfg: Any) -> list[bool]:
+    """Each item: a task, the messages so far, and the calls executed by then (what a calls scorer judges)."""
     prompts = []
-    for task, messages in items:
+    for task, messages, _ in items:
         tools = make_environment(task.env).tool_specs()
         prompts.append(backend.render(P.template_messages(messages), tools) + FORCED_ANSWER_PREFILL)
     gens = backend.generate(prompts, SamplingParams(max_new_tokens=cfg.forced_answer_tokens)) if prompts else []
-    return [score_task(task, FORCED_ANSWER_PREFILL + g.text) for g, (task, _) in zip(gens, items)]
+    return [score_task(task, FORCED_ANSWER_PREFILL + g.text, calls=calls) for g, (task, _, calls) in zip(gens, items)]
 
 
 def label_flip(backend, tasks: Sequence[Task], splits: Sequence[str], cfg: Any,
@@ -121,13 +127,18 @@ def label_flip(backend, tasks: Sequence[Task], splits: Sequence[str], cfg: Any,
     points = []   # (task, split, recorded call, episode record, messages before the call)
     for task, split, tr in zip(tasks, splits, trajs):
         for pt in recorder.points.get(id(task), []):
-            n = pt["n_messages"]
-            # The loop appends the call turn and its tool response right after the hook says "execute".
-            if len(tr.messages) < n + 2 or tr.messages[n]["role"] != "assistant":
+            n, k = pt["n_messages"], pt["n_calls"]
+            # The loop appends the call turn and its tool response right after the hook says "execute", and the
+            # call itself to the episode's calls.
+            if len(tr.messages) < n + 2 or tr.messages[n]["role"] != "assistant" or len(tr.calls) <= k \
+                    or tr.calls[k].name != pt["tool"] or tr.calls[k].status != "executed":
                 raise RuntimeError(f"task {task.id}: trajectory does not continue the recorded call state")
             points.append((task, split, pt, tr, n))
-    before = _forced_answers(backend, [(t, tr.messages[:n]) for t, _, _, tr, n in points], cfg)
-    after = _forced_answers(backend, [(t, tr.messages[:n + 2]) for t, _, _, tr, n in points], cfg)
+    # before: the calls executed before this one; after: with it
+    before = _forced_answers(backend, [(t, tr.messages[:n], executed_calls(tr.calls[:pt["n_calls"]]))
+                                       for t, _, pt, tr, n in points], cfg)
+    after = _forced_answers(backend, [(t, tr.messages[:n + 2], executed_calls(tr.calls[:pt["n_calls"] + 1]))
+                                      for t, _, pt, tr, n in points], cfg)
     rows, k_of = [], {}
     for (task, split, pt, tr, _), b, a in zip(points, before, after):
         k = k_of[task.id] = k_of.get(task.id, -1) + 1
@@ -149,8 +160,9 @@ class _AnswerRecorder(Hooks):
     points: dict[int, dict] = field(default_factory=dict)
 
     def on_answer(self, episode, answer_text):
+        # calls: those executed by the time of the answer (a calls scorer judges the answer with them)
         self.points[id(episode.task)] = {"features": gstep_features(episode, answer_text), "answer_text": answer_text,
-                                         "round": episode.round}
+                                         "round": episode.round, "calls": executed_calls(episode.calls)}
         return "continue"
 
 
@@ -166,7 +178,7 @@ def label_commit(backend, tasks: Sequence[Task], splits: Sequence[str], cfg: Any
         pt = recorder.points.get(id(task))
         if pt is None:
             continue   # the episode never answered: no commit/continue decision was taken
-        first = score_task(task, pt["answer_text"])
+        first = score_task(task, pt["answer_text"], calls=pt["calls"])
         label = (not first) and (tr.correct or not fixed_rule)
         rows.append(base_row(task, split, str(task.id), label)
                     | {"first_correct": first, "final_correct": tr.correct, "round": pt["round"],

@@ -4,6 +4,9 @@
 ``when2tool``: the benchmark's task files from a directory (``path=``), else the hub dataset.
 ``gsm8k``: GSM8K-format math word problems (a ``.jsonl`` file, ``path=``) for the Calculator, optionally
 with a semantic distractor per problem (``distractor=``, from the tool-use-tax paper, arXiv 2605.00136).
+``custom``: a team's own JSONL task file and tool sources.
+``bfcl``: the Berkeley Function Calling Leaderboard's irrelevance, simple_python and multiple categories, scored
+on the episode's calls (``data_builders/tasks/bfcl.py``).
 """
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ from typing import Sequence
 from omegaconf import OmegaConf
 
 from ..environments import ENVIRONMENTS
+from . import bfcl
 from .builtin import BUILTIN_ENVS, generate_builtin
 from .custom import read_custom
 from .generators import MULTIHOP_GENERATORS
@@ -27,12 +31,13 @@ __all__ = ["Task", "EnvSpec", "TaskFormatError", "ENV_CATEGORY", "load_tasks", "
            "select_tasks", "MIXTURE",
            "TASK_SOURCES"]
 
-TASK_SOURCES = ("builtin", "when2tool", "gsm8k", "custom")
+TASK_SOURCES = ("builtin", "when2tool", "gsm8k", "custom", "bfcl")
 MIXTURE = "mixture"   # the ``tasks`` option that lists several sources (tasks_from_config)
 # The environments each source can yield: an ``envs`` filter naming any other selects nothing, silently.
 SOURCE_ENVS = {"builtin": tuple(sorted(set(BUILTIN_ENVS) | set(MULTIHOP_GENERATORS))),
                "when2tool": tuple(ENVIRONMENTS), "gsm8k": ("CalculatorEnv",),
-               "custom": None}     # a custom file's environments are its own sources' labels: any name
+               "custom": None,     # a custom file's environments are its own sources' labels: any name
+               "bfcl": bfcl.ENVS}   # one per category
 
 
 def _positive_int(name: str, value) -> None:
@@ -162,7 +167,15 @@ def _custom(split: str, *, path: str | None = None, sources: dict | None = None,
     return [t for t in tasks if t.split == split]
 
 
-_READERS = {"builtin": _builtin, "when2tool": _when2tool, "gsm8k": _gsm8k, "custom": _custom}
+def _bfcl(split: str, *, path: str | None = None, categories: Sequence[str] | None = None,
+          test_fraction: float = 0.3, split_seed: int = 0) -> list[Task]:
+    """BFCL v4's ``categories`` (None: irrelevance, simple_python, multiple) from the bfcl-eval wheel at ``path``,
+    else from where ``data_builders/tasks/bfcl.py`` looks by default; one split of them."""
+    return bfcl.load_bfcl(path, bfcl.CATEGORIES if categories is None else categories, split,
+                          test_fraction=test_fraction, split_seed=split_seed)
+
+
+_READERS = {"builtin": _builtin, "when2tool": _when2tool, "gsm8k": _gsm8k, "custom": _custom, "bfcl": _bfcl}
 # Each source's own options: its reader's keyword arguments (``envs`` is a selection option the builtin
 # generators also take, to generate only those environments).
 SOURCE_OPTIONS = {source: tuple(p for p in inspect.signature(read).parameters if p not in ("split", "envs"))

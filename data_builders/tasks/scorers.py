@@ -50,12 +50,22 @@ Scorers:
     ``~/.cache/toolwise/judge``; null: no cache), ``timeout_s`` (60), ``max_retries`` (3). It needs gold only if
     the rubric uses ``{gold}``. A judge that is down raises :class:`~data_builders.tasks.judge.JudgeError`,
     never a silent False.
+``bfcl_ast``
+    The Berkeley Function Calling Leaderboard's rule (``data_builders/tasks/bfcl.py``), on the episode's executed
+    calls, never its text: ``irrelevance`` is correct iff there is no executed call; ``simple_python`` and
+    ``multiple`` iff there is exactly one and BFCL's AST checker (``data_builders/tasks/bfcl_ast.py``, a port
+    tested against the original) accepts it against the possible answer (the gold, as JSON). Fields: ``category``
+    and, but for irrelevance, ``functions`` (the record's BFCL function docs: the checker reads their types, and
+    maps a called name with ``_`` for ``.`` back to the documented one). It needs gold but for irrelevance.
 ``package.module:callable``
     A scorer of your own, with no change to toolwise: ``callable(final_response, gold, instruction=...) -> bool``
     gets the raw response (extract what it needs; :func:`extract_answer` is here). Its only field is
     ``needs_gold`` (default true). Returning anything but a bool raises TypeError.
 
-A scorer that needs gold raises ValueError when called without one (a loader checks ``needs_gold`` first).
+A scorer that needs gold raises ValueError when called without one (a loader checks ``needs_gold`` first). A
+scorer that judges calls rather than text sets ``needs_calls = True``: :func:`score_task` then passes it
+``calls=`` (the episode's executed calls as ``(name, arguments)``), and calling it without them raises ValueError
+(no calls passed is not the same as no calls made).
 :data:`SCORERS` maps names to factories called with the spec's fields as keywords; adding an entry registers a
 scorer under a name. :func:`agreement` compares two scorers' verdicts (e.g. a judge against ``exact``).
 """
@@ -73,12 +83,14 @@ from functools import lru_cache
 from importlib import import_module
 from typing import Any, Callable, Protocol, runtime_checkable
 
+from ..tool_sources.bfcl import original_names
+from . import bfcl_ast
 from .scoring import BOXED_OPEN, boxed_span, is_correct, normalize_scalar, parse_number
 from .judge import DEFAULT_API_KEY_ENV, DEFAULT_CACHE_DIR, DEFAULT_RUBRIC, Judge, rubric_fields
 
 __all__ = ["ScorerError", "Scorer", "SCORERS", "scorer_from_spec", "score_task", "extract_answer", "agreement",
            "When2ToolScorer", "ExactScorer", "NormalizedScorer", "NumericScorer", "RegexScorer", "JudgeScorer",
-           "UserScorer"]
+           "UserScorer", "BFCLASTScorer"]
 
 
 class ScorerError(ValueError):
@@ -145,6 +157,7 @@ def _check_str(field: str, value: Any) -> str:
 class _Base:
     name = ""
     needs_gold = True
+    needs_calls = False       # True: judged on the episode's executed calls, passed as calls= (score_task)
 
     def __call__(self, final_response: str, gold: str | None, *, instruction: str = "") -> bool:
         if gold is None and self.needs_gold:
@@ -383,6 +396,55 @@ class UserScorer(_Base):
         return bool(result)
 
 
+BFCL_CATEGORIES = ("irrelevance",) + bfcl_ast.SUPPORTED_CATEGORIES
+
+
+class BFCLASTScorer(_Base):
+    """BFCL's rule on the episode's executed calls (see the module docstring)."""
+    name = "bfcl_ast"
+    needs_calls = True
+
+    def __init__(self, category: str | None = None, functions: list | None = None):
+        if category not in BFCL_CATEGORIES:
+            raise _fail("category", f"expected one of {', '.join(BFCL_CATEGORIES)}, got {category!r}")
+        self.category = category
+        if category == "irrelevance":
+            if functions is not None:
+                raise _fail("functions", "irrelevance is scored without them (correct iff no call): leave it out")
+        elif not (isinstance(functions, list) and functions and
+                  all(isinstance(f, Mapping) and isinstance(f.get("name"), str) for f in functions)):
+            raise _fail("functions", f"required for {category}: the record's BFCL function docs, got {functions!r}")
+        self.functions = functions
+        # A call names a function as the model was shown it ("." replaced by "_"); the checker, and the possible
+        # answers, use the documented name.
+        self._documented = original_names(functions or [])
+
+    @property
+    def needs_gold(self) -> bool:
+        return self.category != "irrelevance"
+
+    def _fields(self):
+        return {"category": self.category, **({"functions": self.functions} if self.functions is not None else {})}
+
+    def __call__(self, final_response: str, gold: Any, *, instruction: str = "", calls=None) -> bool:
+        if calls is None:
+            raise ValueError("the bfcl_ast scorer judges the episode's executed calls, and none were passed: "
+                             "score_task(task, final_response, calls=[(name, arguments), ...])")
+        calls = list(calls)
+        if self.category == "irrelevance":
+            return not calls
+        if gold is None:
+            raise ValueError(f"the {self.name} scorer needs a gold answer, and the task has none")
+        possible = json.loads(gold) if isinstance(gold, str) else gold
+        output = [{self._documented.get(name, name): args} for name, args in calls]
+        try:
+            return bool(bfcl_ast.ast_checker(self.functions, output, possible, self.category)["valid"])
+        except (AttributeError, KeyError, TypeError, IndexError):
+            # Arguments of a shape the checker cannot walk (a list item that is not an object where objects are
+            # expected, say): BFCL would stop there; a call it cannot read is not a correct one.
+            return False
+
+
 def _load_callable(kind: str) -> Callable:
     mod_name, _, attr = kind.partition(":")
     if not mod_name or not attr:
@@ -416,6 +478,7 @@ SCORERS: dict[str, Callable[..., Scorer]] = {
     "numeric": NumericScorer,
     "regex": RegexScorer,
     "judge": JudgeScorer,
+    "bfcl_ast": BFCLASTScorer,
 }
 
 
@@ -472,9 +535,11 @@ _BUILT: dict[str, Scorer] = {}
 _BUILT_LOCK = threading.Lock()
 
 
-def score_task(task: Any, final_response: str) -> bool:
+def score_task(task: Any, final_response: str, calls: Any = None) -> bool:
     """Score a task's final response with the task's scorer (``task.scorer``; None is When2Tool's rule, applied
-    exactly as before scorers existed: ``is_correct(final_response, task.answer)``)."""
+    exactly as before scorers existed: ``is_correct(final_response, task.answer)``). ``calls``: the episode's
+    executed calls as ``(name, arguments)`` (a call a gate skipped, or one refused, is not one), for a scorer that
+    judges calls (``needs_calls``); other scorers never see them."""
     spec = getattr(task, "scorer", None)
     if spec is None:
         return is_correct(final_response, task.answer)
@@ -483,6 +548,8 @@ def score_task(task: Any, final_response: str) -> bool:
         scorer = _BUILT.get(key)
         if scorer is None:
             scorer = _BUILT[key] = scorer_from_spec(spec)
+    if getattr(scorer, "needs_calls", False):
+        return scorer(final_response, task.gold, instruction=task.instruction, calls=calls)
     return scorer(final_response, task.gold, instruction=task.instruction)
 
 

@@ -1,7 +1,8 @@
 """Tool sources: a team's own tools behind one interface (:class:`ToolSource`), built from a spec in a task file.
 
 Built in: ``"mcp"`` (an MCP server over stdio or streamable HTTP), ``"functions"`` (Python functions, run in a
-worker process) and ``"trace"`` (results replayed from recorded conversations). A source defined outside toolwise
+worker process), ``"trace"`` (results replayed from recorded conversations) and ``"bfcl"`` (the Berkeley Function
+Calling Leaderboard's function docs: calls are recorded, never run). A source defined outside toolwise
 needs no change here: name its class by dotted path in the spec, ``{"kind": "package.module:ClassName", ...}``,
 and it is imported when the spec is read; or register it under a short name with ``@register_source("name")``
 in a module that is imported before the spec is read.
@@ -20,11 +21,12 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from .base import CallLimits, ToolResult, ToolSource
+from .bfcl import BFCLSource
 from .functions import FunctionSource
 from .mcp import MCPSource
 from .trace import TraceSource
 
-__all__ = ["SOURCES", "CallLimits", "FunctionSource", "MCPSource", "ToolResult", "ToolSource", "TraceSource",
+__all__ = ["SOURCES", "BFCLSource", "CallLimits", "FunctionSource", "MCPSource", "ToolResult", "ToolSource", "TraceSource",
            "register_source", "source_from_spec"]
 
 SOURCES: dict[str, type[ToolSource]] = {}
@@ -47,7 +49,7 @@ def register_source(kind: str) -> Callable[[type[ToolSource]], type[ToolSource]]
     return decorate
 
 
-for _cls in (MCPSource, FunctionSource, TraceSource):
+for _cls in (MCPSource, FunctionSource, TraceSource, BFCLSource):
     register_source(_cls.kind)(_cls)
 
 

@@ -209,7 +209,7 @@ def test_a_bad_gold_pattern_is_a_clear_error():
     ({"kind": "regex", "ignore_case": 1}, "scorer.ignore_case: expected true or false"),
     ({"tolerance": 1}, "scorer.kind: required"),
     ({"kind": 3}, "scorer.kind: expected a scorer name"),
-    ("telepathy", "scorer.kind: unknown scorer 'telepathy'; known: exact, judge, normalized, numeric, regex, "
+    ("telepathy", "scorer.kind: unknown scorer 'telepathy'; known: bfcl_ast, exact, judge, normalized, numeric, regex, "
                   "when2tool"),
     (42, "scorer: expected a name, a mapping with 'kind', or null"),
     ({"kind": "judge", "model": "m"}, "scorer.base_url: required"),
