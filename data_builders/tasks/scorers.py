@@ -84,7 +84,7 @@ from importlib import import_module
 from typing import Any, Callable, Protocol, runtime_checkable
 
 from ..tool_sources.bfcl import original_names
-from . import bfcl_ast
+from .bfcl_ast import SUPPORTED_CATEGORIES as BFCL_CALL_CATEGORIES, ast_checker
 from .scoring import BOXED_OPEN, boxed_span, is_correct, normalize_scalar, parse_number
 from .judge import DEFAULT_API_KEY_ENV, DEFAULT_CACHE_DIR, DEFAULT_RUBRIC, Judge, rubric_fields
 
@@ -396,7 +396,7 @@ class UserScorer(_Base):
         return bool(result)
 
 
-BFCL_CATEGORIES = ("irrelevance",) + bfcl_ast.SUPPORTED_CATEGORIES
+BFCL_CATEGORIES = ("irrelevance",) + BFCL_CALL_CATEGORIES
 
 
 class BFCLASTScorer(_Base):
@@ -438,7 +438,7 @@ class BFCLASTScorer(_Base):
         possible = json.loads(gold) if isinstance(gold, str) else gold
         output = [{self._documented.get(name, name): args} for name, args in calls]
         try:
-            return bool(bfcl_ast.ast_checker(self.functions, output, possible, self.category)["valid"])
+            return bool(ast_checker(self.functions, output, possible, self.category)["valid"])
         except (AttributeError, KeyError, TypeError, IndexError):
             # Arguments of a shape the checker cannot walk (a list item that is not an object where objects are
             # expected, say): BFCL would stop there; a call it cannot read is not a correct one.
