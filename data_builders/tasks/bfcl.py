@@ -37,8 +37,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from ..tool_sources.bfcl import check_functions
-from .custom import _split_of
-from .schema import EnvSpec, Task, TaskFormatError, unique_ids
+from .schema import EnvSpec, Task, TaskFormatError, split_by_id, unique_ids
 
 log = logging.getLogger(__name__)
 
@@ -209,7 +208,7 @@ def read_bfcl(path: str | Path | None = None, categories: Sequence[str] = CATEGO
             env = EnvSpec(env_name(category), (), {}, sources=({"kind": "bfcl", "functions": functions},))
             tasks.append(Task(id=tid, instruction=_instruction(rec, source), environments=(env,),
                               expected={"answer": gold}, difficulty=DIFFICULTY, tags=("bfcl", category),
-                              category=category, split=_split_of(tid, test_fraction, split_seed), scorer=scorer))
+                              category=category, split=split_by_id(tid, test_fraction, split_seed), scorer=scorer))
     log.info("BFCL: %d tasks from %s (%s)", len(tasks), where, ", ".join(categories))
     return unique_ids(tasks, where)
 

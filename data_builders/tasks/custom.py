@@ -24,26 +24,16 @@ Everything is checked when the file is read, before any model loads: a bad recor
 """
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ..tool_sources import source_from_spec
-from .schema import DIFFICULTIES, SPLITS, EnvSpec, Task, TaskFormatError, unique_ids
+from .schema import DIFFICULTIES, SPLITS, EnvSpec, Task, TaskFormatError, split_by_id, unique_ids
 from .scorers import ScorerError, scorer_from_spec
 
 DEFAULT_SCORER = "exact"
 _FIELDS = {"id", "instruction", "tools", "answer", "scorer", "category", "difficulty", "split", "tags"}
-
-
-def _split_of(task_id: Any, test_fraction: float, seed: int) -> str:
-    """A stable split by id: the same id lands in the same split on every machine and every run. The hash is
-    salted with "test-split": the builder carves its val split out of train by the unsalted ``{seed}:{id}`` hash
-    (``data_builders.build.split_of``), and the same hash here would leave every train task above the test
-    fraction, so val would be empty whenever val_fraction <= test_fraction."""
-    h = hashlib.sha256(f"test-split:{seed}:{task_id}".encode()).digest()
-    return "test" if int.from_bytes(h[:8], "big") / 2**64 < test_fraction else "train"
 
 
 def _source_specs(value: Any, named: Mapping[str, Any], base_dir: Path, fail) -> tuple[dict, ...]:
@@ -135,7 +125,7 @@ def read_custom(path: str | Path, *, sources: Mapping[str, Any] | None = None, t
         difficulty = rec.get("difficulty", "medium")
         if difficulty not in DIFFICULTIES:
             fail("difficulty", f"{difficulty!r} not in {DIFFICULTIES}")
-        split = rec.get("split") or _split_of(tid, test_fraction, split_seed)
+        split = rec.get("split") or split_by_id(tid, test_fraction, split_seed)
         if split not in SPLITS:
             fail("split", f"{split!r} not in {SPLITS}")
         category = rec.get("category", "custom")

@@ -32,6 +32,15 @@ class TaskFormatError(ValueError):
         super().__init__(f"{source}: record {record}: field '{field_name}': {problem}")
 
 
+def split_by_id(task_id: Any, test_fraction: float, seed: int) -> str:
+    """The split of a record that names none (custom task files, BFCL), by id: the same id lands in the same split
+    on every machine and every run. The hash is salted with "test-split": the builder carves its val split out of
+    train by the unsalted ``{seed}:{id}`` hash (``data_builders.build.split_of``), and the same hash here would
+    leave every train task above the test fraction, so val would be empty whenever val_fraction <= test_fraction."""
+    h = hashlib.sha256(f"test-split:{seed}:{task_id}".encode()).digest()
+    return "test" if int.from_bytes(h[:8], "big") / 2**64 < test_fraction else "train"
+
+
 @dataclass(frozen=True)
 class EnvSpec:
     """The tools of a task: a When2Tool environment (``name``, the tools it offers, its parameters), or, when
