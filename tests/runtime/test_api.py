@@ -275,6 +275,58 @@ def test_a_gate_of_another_policy_is_refused(tiny_gates, tiny_backend):
         gates.first_turn(Other(), [{"role": "user", "content": "hi"}], [])
 
 
+def _own_tool_tasks(tmp_path) -> list[Task]:
+    """A task file of a team's own: one Python function as the tool (run in a worker process), free-form
+    numeric answers; read as ``tasks=custom`` reads it."""
+    import json
+
+    from data_builders.tasks.custom import read_custom
+    source = {"kind": "functions", "functions": ["tests.data_builders.tool_sources.functions_fixture:convert_units"],
+              "path": str(REPO)}
+    records = [dict(id="km", instruction="How many metres are 3 km? Use the converter.", answer="3000"),
+               dict(id="cm", instruction="How many metres are 250 cm?", answer="2.5", difficulty="hard"),
+               dict(id="mm", instruction="Convert 2 km to cm.", answer="200000", category="multi")]
+    path = tmp_path / "tasks.jsonl"
+    path.write_text("".join(json.dumps({**r, "tools": [source], "scorer": {"kind": "numeric", "tolerance": 1e-6},
+                                        "split": "test"}) + "\n" for r in records))
+    return read_custom(path)
+
+
+@pytest.mark.parametrize("fmt", ["native", "xml"])
+def test_own_tools_loop_and_openai_messages_give_identical_decisions(tiny_backend, tiny_gates, tmp_path, fmt):
+    """A team's own tool (a Python function, its schema from transformers' get_json_schema) through the loop and
+    through converted OpenAI messages: the same ToolGate features (the structural ones read off the tool's own
+    schema and description, which only the ``tools`` list carries) and the same decisions, both ways."""
+    call = lambda args: P.tool_call_text("convert_units", args, fmt)  # noqa: E731
+    scripts = {
+        "3 km": [call({"value": 3, "from_unit": "km", "to_unit": "m"}), "\\boxed{3000}", "\\boxed{3000}"],
+        # an undeclared argument and a wrong type: the columns that read the schema must see it both ways
+        "250 cm": [call({"value": "250", "from_unit": "cm", "to_unit": "m", "precise": True}), "\\boxed{2.5}",
+                   "\\boxed{2.5}"],
+        "2 km": [call({"value": 2, "from_unit": "km", "to_unit": "m"}),
+                 call({"value": 2000, "from_unit": "m", "to_unit": "cm"}), "\\boxed{200000}", "\\boxed{200000}"],
+    }
+    for tau in (0.0, 1.0):
+        gates = Gates.load(toolgate=tiny_gates["toolgate"], g_step=tiny_gates["g_step"],
+                           policy=tiny_backend.fingerprint, call_format=fmt, taus={"toolgate": tau, "g_step": tau})
+        tasks = _own_tool_tasks(tmp_path)
+        trajs, tools, points = run_recorded(ScriptedTiny(tiny_backend, scripts), tasks, gates,
+                                            AgentConfig(mode="default", call_format=fmt, max_rounds=6))
+        assert {t["function"]["name"] for ts in tools.values() for t in ts} == {"convert_units"}
+        seen = check_both_ways(trajs, tools, points, gates, counter_backend=tiny_backend)
+        executed = [c for t in trajs.values() for c in t.calls if c.status == "executed"]
+        if tau == 0.0:
+            assert seen[("toolgate", "execute")] >= 3 and seen[("g_step", "continue")] == 3
+            assert any(c.result and "3000" in str(c.result) for c in executed)     # the function ran, in its worker
+        else:
+            assert seen[("toolgate", "skip")] >= 3 and not executed
+        names = structural_names()
+        rows = [pt["x"][0, EMBEDDING_DIM:] for pt in points if pt["gate"] == "toolgate"]
+        # the tool was offered with its three parameters; only the call with an undeclared argument shows one
+        assert all(x[names.index("tool_offered")] == 1 for x in rows)
+        assert all(x[names.index("schema_params")].item() == pytest.approx(0.3) for x in rows)
+        assert sum(x[names.index("unknown_args")].item() > 0 for x in rows) == 1
+
 # ---------------------------------------------------------------- the embedded policy (slow)
 @pytest.mark.slow
 def test_embedded_policy_loop_and_openai_messages_agree_with_the_committed_gates():
