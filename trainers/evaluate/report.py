@@ -91,10 +91,17 @@ def arms_table(results: dict) -> str:
 
 
 def by_group_table(results: dict, prefix: str) -> str:
+    """Accuracy / calls per task of each arm in each group; the accuracy's bootstrap interval over the group's tasks
+    where the results have one."""
     groups = sorted({g for m in results["arms"].values() for g in m if g.startswith(prefix)})
-    rows = [[name, *(f"{m[g]['accuracy']:.3f} / {m[g]['tool_calls_per_task']:.2f}" if g in m else "–"
-                     for g in groups)] for name, m in results["arms"].items()]
-    return markdown_table(["arm", *(f"{g.split('=')[1]} acc / calls" for g in groups)], rows)
+
+    def cell(m: dict) -> str:
+        ci = (m.get("ci") or {}).get("accuracy")
+        acc = f"{m['accuracy']:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
+        return f"{acc} / {m['tool_calls_per_task']:.2f}"
+
+    rows = [[name, *(cell(m[g]) if g in m else "–" for g in groups)] for name, m in results["arms"].items()]
+    return markdown_table(["arm", *(f"{g.split('=')[1]} acc [CI] / calls" for g in groups)], rows)
 
 
 def patterns_table(results: dict) -> str | None:

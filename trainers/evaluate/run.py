@@ -323,11 +323,18 @@ def arm_metrics(trajs: list[Trajectory], gamma: float, pte_cfg) -> dict:
     return s
 
 
-def grouped(trajs: list[Trajectory], gamma: float, pte_cfg) -> dict:
+def grouped(trajs: list[Trajectory], gamma: float, pte_cfg, spec: BootstrapSpec | None = None) -> dict:
+    """Each category's and difficulty's metrics; with ``spec``, a bootstrap interval over that group's tasks for
+    its accuracy and calls per task (``ci``), so a per-category figure says how far it can be trusted."""
     out: dict[str, dict] = {}
     for key in ("category", "difficulty"):
         for value in sorted({getattr(t, key) for t in trajs}):
-            out[f"{key}={value}"] = arm_metrics([t for t in trajs if getattr(t, key) == value], gamma, pte_cfg)
+            group = [t for t in trajs if getattr(t, key) == value]
+            out[f"{key}={value}"] = m = arm_metrics(group, gamma, pte_cfg)
+            if spec is not None:
+                values = per_task(group, gamma, pte_cfg)
+                m["ci"] = {k: (None if ci is None else [ci[0], ci[1]])
+                           for k in ("accuracy", "tool_calls_per_task") for ci in [mean_interval(values[k], spec)]}
     return out
 
 
@@ -548,12 +555,12 @@ def run(cfg: DictConfig) -> dict:
               + (f"  {cut} ended [CONTEXT_LENGTH_EXCEEDED]" if cut else ""))
     wall = time.perf_counter() - start
 
-    metrics = {name: {"all": arm_metrics(t, gamma, pte_cfg), **grouped(t, gamma, pte_cfg)}
+    spec = BootstrapSpec(**OmegaConf.to_container(cfg.bootstrap, resolve=True))
+    metrics = {name: {"all": arm_metrics(t, gamma, pte_cfg), **grouped(t, gamma, pte_cfg, spec)}
                for name, t in by_arm.items() if not name.startswith("prefill_")}
     for name in metrics:
         metrics[name]["patterns"] = count_patterns(by_arm[name])
     reference = cfg.reference
-    spec = BootstrapSpec(**OmegaConf.to_container(cfg.bootstrap, resolve=True))
     arm_ci, delta_ci = intervals({name: per_task(by_arm[name], gamma, pte_cfg) for name in metrics}, reference, spec)
     delta = deltas(metrics, reference)
     for name in metrics:
