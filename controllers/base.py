@@ -170,6 +170,15 @@ class Controller(nn.Module, PyTorchModelHubMixin, library_name="toolwise", tags=
                 f"{list(feature_names)} (not computed now: {missing or 'none'}; new: {new or 'none'}; else the order "
                 "differs): refit the controller on points built with this featurizer")
         if backend is not None and backend != want["backend"]:
+            recorded = str(want["backend"])
+            if "+" in recorded.partition("@")[2] and "+adapter:" not in recorded:
+                # a fingerprint written before adapters were named by their bytes: the path it records says
+                # nothing about which weights were there, so it cannot be matched; the user says which adapter
+                raise ContractMismatch(
+                    f"{self.registry_name} was trained on {recorded!r}, which names its adapter by path (written "
+                    f"before adapters were identified by their content); the policy now is {backend!r}. If this "
+                    "controller was trained on that adapter, migrate it once: python -m "
+                    "data_builders.backends.fingerprint <this checkpoint dir> --adapter <the adapter directory>")
             raise ContractMismatch(f"{self.registry_name} was trained on the policy {want['backend']!r}; "
                                    f"these features come from {backend!r}")
 

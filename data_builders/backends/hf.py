@@ -14,9 +14,7 @@ the LM head's weights nor a KV cache.
 """
 from __future__ import annotations
 
-import hashlib
 import inspect
-import json
 from contextlib import contextmanager
 from typing import Any, Hashable, Iterator, Sequence
 
@@ -31,24 +29,9 @@ except ImportError:     # older 4.x: the library's DynamicCache only
 
 from .base import Backend, Generation, PrefillState, SamplingParams
 from .chat import ChatText
+from .fingerprint import adapter_digest, weights_fingerprint
 from .grammar import CallConstraint, GrammarCache, import_xgrammar
 from .malloc import keep_freed_memory
-
-# Config keys that say nothing about the weights' function (paths, versions, dtype bookkeeping).
-_VOLATILE_CONFIG_KEYS = {"_name_or_path", "transformers_version", "quantization_config", "torch_dtype", "dtype",
-                         "_commit_hash", "_attn_implementation_autoset", "architectures"}
-
-
-def config_hash(config: Any) -> str:
-    d = {k: v for k, v in config.to_dict().items() if k not in _VOLATILE_CONFIG_KEYS}
-    return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:12]
-
-
-def weights_fingerprint(model_id: str, config: Any, adapter: str | None) -> str:
-    """Stable id of the exact weights: model id + config hash + adapter; the same on every engine that
-    loads them, so results are attributed to one policy whichever engine produced them."""
-    return f"{model_id}@{config_hash(config)}" + (f"+{adapter}" if adapter else "")
-
 
 def _position_ids(mask: torch.Tensor) -> torch.Tensor:
     # Same rule as transformers' generate: positions count real tokens only, so left padding and
@@ -271,6 +254,8 @@ class HFBackend(ChatText, Backend):
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.model_id = model_id
         self.adapter = adapter
+        # the adapter's identity is the bytes loaded now: hashed once, here (fingerprint.py)
+        self.adapter_hash = adapter_digest(adapter) if adapter else None
         self.max_batch_size = max_batch_size
         self.max_batch_tokens = max_batch_tokens
         self._kv: dict[Hashable, tuple[list[int], list[tuple[torch.Tensor, torch.Tensor]]]] = {}
@@ -300,7 +285,7 @@ class HFBackend(ChatText, Backend):
     # ---------------------------------------------------------------- identity
     @property
     def fingerprint(self) -> str:
-        return weights_fingerprint(self.model_id, self.model.config, self.adapter)
+        return weights_fingerprint(self.model_id, self.model.config, self.adapter_hash)
 
     @property
     def config(self):

@@ -24,6 +24,7 @@ from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
 
 from controllers.names import is_repo_id, looks_like_path
 
+from .fingerprint import adapter_files_digest
 from .hf import HFBackend
 from .openai_backend import OpenAIBackend
 from .vllm_backend import VLLMBackend, import_vllm, vllm_environment
@@ -268,9 +269,7 @@ def _content_key(model: str, gguf_file: str | None, adapter_path: str | None, dt
     retrained adapter at the same path gets a new copy, never a stale one)."""
     h = hashlib.sha256(json.dumps([model, gguf_file, dtype]).encode())
     if adapter_path and Path(adapter_path).is_dir():
-        for f in sorted(Path(adapter_path).glob("adapter_*")):
-            h.update(f.name.encode())
-            h.update(f.read_bytes())
+        adapter_files_digest(adapter_path, h)      # the bytes that name the adapter in the policy's fingerprint
     elif adapter_path:
         h.update(adapter_path.encode())
     return h.hexdigest()[:16]

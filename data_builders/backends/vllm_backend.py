@@ -34,7 +34,8 @@ from transformers import AutoConfig, AutoTokenizer
 from .base import Backend, Generation, PrefillState, SamplingParams
 from .chat import ChatText
 from .grammar import CallConstraint
-from .hf import keep_freed_memory, weights_fingerprint
+from .fingerprint import adapter_digest, weights_fingerprint
+from .hf import keep_freed_memory
 from .vllm_probe import EXTENSION
 
 log = logging.getLogger(__name__)
@@ -87,6 +88,7 @@ class VLLMBackend(ChatText, Backend):
         self.model_dir = model_dir
         self.model_id = model_id
         self.adapter = adapter
+        self.adapter_hash = adapter_digest(adapter) if adapter else None   # the bytes loaded (fingerprint.py)
         self.device_kind = device
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
         self._config = AutoConfig.from_pretrained(model_dir)
@@ -145,6 +147,7 @@ class VLLMBackend(ChatText, Backend):
         self = cls.__new__(cls)
         self.llm, self._vllm = llm, import_vllm()
         self.tokenizer, self.model_id, self.adapter = tokenizer, model_id, adapter
+        self.adapter_hash = adapter_digest(adapter) if adapter else None
         self.model_dir, self.device_kind = None, "external"
         self._config = llm.llm_engine.model_config.hf_config
         self.n_layers = self._config.num_hidden_layers
@@ -167,7 +170,7 @@ class VLLMBackend(ChatText, Backend):
     # ---------------------------------------------------------------- identity
     @property
     def fingerprint(self) -> str:
-        return weights_fingerprint(self.model_id, self._config, self.adapter)
+        return weights_fingerprint(self.model_id, self._config, self.adapter_hash)
 
     @property
     def config(self):

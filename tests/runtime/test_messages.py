@@ -50,7 +50,7 @@ def test_native_format_writes_calls_and_results_as_the_llama_policy_does():
     assert v.turns[0].kind == "call"
     assert v.messages[3] == {"role": "tool", "content": json.dumps({"success": True, "result": 42})}
     assert call_format_of("meta-llama/Llama-3.1-8B@abc") == "native"
-    assert call_format_of("HuggingFaceTB/SmolLM2-135M-Instruct@cf3+checkpoints/llama_adapter") == "xml"
+    assert call_format_of("HuggingFaceTB/SmolLM2-135M-Instruct@cf3+adapter:0123456789abcdef") == "xml"
 
 
 def test_call_format_of_asks_the_loops_rule(monkeypatch):

@@ -7,6 +7,7 @@ import pytest
 from huggingface_hub import ModelCard
 from safetensors.torch import load_file
 
+from data_builders.backends.fingerprint import adapter_digest
 from recipes import compose
 from trainers.recipe import RunInfo
 
@@ -97,7 +98,7 @@ def test_loading_the_adapter_gives_a_different_policy(tiny_model_dir, tmp_path):
     out = fitted.export_dir
     bare = load_backend(str(tiny_model_dir))
     tuned = load_backend(str(tiny_model_dir), adapter=str(out))
-    assert tuned.fingerprint.endswith(f"+{out}") and bare.fingerprint != tuned.fingerprint
+    assert tuned.fingerprint == f"{bare.fingerprint}+adapter:{adapter_digest(out)}"
     p = dict(bare.model.named_parameters())
     changed = [n for n, w in tuned.model.named_parameters() if not (w == p[n]).all()]
     assert changed, "merged adapter left every weight unchanged"

@@ -39,9 +39,15 @@ def test_reload_gives_same_fingerprint_and_outputs(tiny_model_dir, tiny_backend)
 def test_fingerprint_changes_with_config_and_adapter(tmp_path, tiny_backend):
     other = load_backend(str(build_tiny_llama(tmp_path / "m", hidden_size=32, num_layers=2)))
     assert other.fingerprint != tiny_backend.fingerprint
+    (tmp_path / "run1").mkdir()
+    (tmp_path / "run1" / "adapter_config.json").write_text("{}")
     with_adapter = loading.HFBackend(tiny_backend.model, tiny_backend.tokenizer, model_id=tiny_backend.model_id,
-                                     adapter="checkpoints/tool_sft/run1")
-    assert with_adapter.fingerprint == tiny_backend.fingerprint + "+checkpoints/tool_sft/run1"
+                                     adapter=str(tmp_path / "run1"))
+    assert with_adapter.fingerprint.startswith(tiny_backend.fingerprint + "+adapter:")
+    (tmp_path / "run1" / "adapter_config.json").write_text('{"r": 2}')      # other bytes at the same path
+    again = loading.HFBackend(tiny_backend.model, tiny_backend.tokenizer, model_id=tiny_backend.model_id,
+                              adapter=str(tmp_path / "run1"))
+    assert again.fingerprint != with_adapter.fingerprint
 
 
 def test_hidden_states_match_an_unpadded_forward(tiny_backend):

@@ -19,6 +19,7 @@ pytestmark = pytest.mark.vllm
 
 from data_builders.agent.loop import Agent, AgentConfig  # noqa: E402
 from data_builders.backends.base import SamplingParams  # noqa: E402
+from data_builders.backends.fingerprint import adapter_digest  # noqa: E402
 from data_builders.backends.loading import backend_from_config, embedded_model_dir, load_backend  # noqa: E402
 from data_builders.backends.vllm_backend import CPU_PROBE_BLOCK_SIZE  # noqa: E402
 from data_builders.tasks import load_tasks  # noqa: E402
@@ -133,7 +134,7 @@ def test_rollout_cli_with_backend_vllm(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["backend"] == "vllm" and summary["tasks"] == 3
-    assert summary["policy"].endswith("+" + MODEL.adapter)
+    assert summary["policy"].endswith("+adapter:" + adapter_digest(MODEL.adapter))
     assert len((out / "trajectories.jsonl").read_text().splitlines()) == 3
     assert "accuracy=" in proc.stdout
 

@@ -1,0 +1,175 @@
+"""A policy's identity: what every decision point, controller contract and cached trajectory is attributed to.
+
+    <model id>@<config hash>                          a base model
+    <model id>@<config hash>+adapter:<content hash>   a base model with a peft adapter
+
+The base is named by its id and a hash of its config (the architecture; the weights of a hub or embedded model do
+not change under its id). An adapter is named by **its bytes**, never its path: the same adapter reached as
+``checkpoints/tool_sft/v3``, ``./checkpoints/…`` or an absolute path is one policy, and an adapter retrained in
+place is another, so the controllers fit on the old one refuse it (their hidden states and calls came from other
+weights).
+
+Fingerprints written before adapters were hashed ended in ``+<the adapter's path as given>``. They are refused
+with a message naming :func:`migrate` (``python -m data_builders.backends.fingerprint <dir>... --adapter <path>``),
+which rewrites a controller checkpoint's contract, or a points dataset's manifest and shard markers, to the hash
+of the adapter you name — once, by hand, because only you know which adapter those files came from.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+ADAPTER_TAG = "+adapter:"
+
+# Config keys that say nothing about the weights' function (paths, versions, dtype bookkeeping).
+_VOLATILE_CONFIG_KEYS = {"_name_or_path", "transformers_version", "quantization_config", "torch_dtype", "dtype",
+                         "_commit_hash", "_attn_implementation_autoset", "architectures"}
+
+
+def config_hash(config: Any) -> str:
+    d = {k: v for k, v in config.to_dict().items() if k not in _VOLATILE_CONFIG_KEYS}
+    return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def locate_adapter(adapter: str | Path) -> Path | None:
+    """The adapter directory ``adapter`` names on this machine: as given (absolute, or relative to the working
+    directory), else relative to the repository root (so ``checkpoints/tool_sft/<run>`` works from anywhere), else
+    a hub id's files in the local Hugging Face cache; None when none of them holds it."""
+    p = Path(adapter).expanduser()
+    if p.is_dir():
+        return p
+    if not p.is_absolute() and (REPO_ROOT / p).is_dir():
+        return REPO_ROOT / p
+    if len(p.parts) == 2:      # "owner/name": peft downloads it into the hub cache
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(str(adapter), "adapter_config.json")
+        if isinstance(cached, str):
+            return Path(cached).parent
+    return None
+
+
+def adapter_files_digest(path: str | Path, h: "hashlib._Hash | None" = None) -> "hashlib._Hash":
+    """sha256 over an adapter directory's ``adapter_*`` files (config and weights), names and bytes, in name order:
+    what peft loads. ``h``: a hash to continue (a merged copy's key adds the base and dtype first)."""
+    h = h or hashlib.sha256()
+    files = sorted(Path(path).glob("adapter_*"))
+    if not files:
+        raise FileNotFoundError(f"adapter {path}: no adapter_* files (adapter_config.json, adapter_model.*)")
+    for f in files:
+        h.update(f.name.encode())
+        h.update(f.read_bytes())
+    return h
+
+
+def adapter_digest(adapter: str | Path) -> str:
+    """The content hash that names an adapter in a fingerprint (16 hex digits of sha256). An adapter this machine
+    does not hold (a hub id not downloaded yet) cannot be hashed: that is an error, not a silent path."""
+    where = locate_adapter(adapter)
+    if where is None:
+        raise FileNotFoundError(f"adapter {adapter!r}: not found on this machine (as a path, under the repository, "
+                                "or in the Hugging Face cache), so it cannot be identified by its content")
+    # keyed by the files' sizes and modification times: a fingerprint is asked for often (every contract check),
+    # the bytes are read again only when a file changed
+    stamp = tuple((f.name, st.st_size, st.st_mtime_ns) for f in sorted(where.resolve().glob("adapter_*"))
+                  for st in [f.stat()])
+    return _digest(str(where.resolve()), stamp)
+
+
+@lru_cache(maxsize=64)
+def _digest(path: str, stamp: tuple) -> str:
+    return adapter_files_digest(path).hexdigest()[:16]
+
+
+def weights_fingerprint(model_id: str, config: Any, adapter_hash: str | None) -> str:
+    """Stable id of the exact weights (module docstring); the same on every engine that loads them, so results are
+    attributed to one policy whichever engine produced them. ``adapter_hash``: :func:`adapter_digest` of the
+    adapter, taken when its weights were loaded (a backend keeps the identity of the bytes it holds, even if the
+    files change on disk afterwards)."""
+    return f"{model_id}@{config_hash(config)}" + (f"{ADAPTER_TAG}{adapter_hash}" if adapter_hash else "")
+
+
+def legacy_adapter(fingerprint: str) -> str | None:
+    """The adapter *path* of a fingerprint written before adapters were hashed (``…@<hash>+<path>``), else None."""
+    base, plus, rest = str(fingerprint).partition("+")
+    if not plus or "@" not in base or ("+" + rest).startswith(ADAPTER_TAG):
+        return None
+    return rest
+
+
+def migrated(fingerprint: str, adapter: str | Path) -> str:
+    """A legacy fingerprint with its adapter path replaced by ``adapter``'s content hash."""
+    if legacy_adapter(fingerprint) is None:
+        raise ValueError(f"{fingerprint!r} is not a legacy fingerprint (no adapter path after '+')")
+    return f"{fingerprint.partition('+')[0]}{ADAPTER_TAG}{adapter_digest(adapter)}"
+
+
+def _rewrite_json(path: Path, update) -> None:
+    data = json.loads(path.read_text(encoding="utf-8"))
+    update(data)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
+def migrate(directory: str | Path, adapter: str | Path) -> tuple[str, str]:
+    """Rewrite one controller checkpoint (``config.json``'s ``contract.backend``) or one points dataset
+    (``manifest.json``'s ``backend`` and every shard marker's identity digest, after checking each shard's files
+    against the hashes its marker holds) from a legacy fingerprint to ``adapter``'s content hash. Returns (old,
+    new); a directory already migrated is left as it is."""
+    d = Path(directory)
+    if (d / "config.json").is_file() and (d / "model.safetensors").is_file():
+        config = json.loads((d / "config.json").read_text(encoding="utf-8"))
+        old = config.get("contract", {}).get("backend")
+        if not isinstance(old, str):
+            raise ValueError(f"{d / 'config.json'}: no contract.backend")
+        if legacy_adapter(old) is None:
+            return old, old
+        new = migrated(old, adapter)
+        _rewrite_json(d / "config.json", lambda c: c["contract"].__setitem__("backend", new))
+        card = d / "README.md"          # the model card quotes the fingerprint (and a Gates.load snippet)
+        if card.is_file():
+            card.write_text(card.read_text(encoding="utf-8").replace(old, new), encoding="utf-8")
+        return old, new
+    if (d / "manifest.json").is_file():
+        # why here: the store pulls in pyarrow and datasets, which a checkpoint migration does not need
+        from data_builders.points.store import identity_digest, load_points, read_manifest
+
+        manifest = read_manifest(d / "manifest.json")
+        old = manifest.get("backend")
+        if not isinstance(old, str) or legacy_adapter(old) is None:
+            return old, old
+        # the shards are what their markers say (CorruptDataset otherwise), before the identity moves
+        load_points(d, require_complete=False)
+        new = migrated(old, adapter)
+        manifest["backend"] = new
+        digest = identity_digest(manifest)
+        for marker in sorted(d.glob("shard-*.done")):
+            _rewrite_json(marker, lambda m: m.__setitem__("identity", digest))
+        _rewrite_json(d / "manifest.json", lambda m: m.__setitem__("backend", new))
+        return old, new
+    raise FileNotFoundError(f"{d}: neither a controller checkpoint (config.json + model.safetensors) nor a points "
+                            "dataset (manifest.json)")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m data_builders.backends.fingerprint",
+        description="Migrate controller checkpoints and points datasets whose policy fingerprint names an adapter "
+                    "by path to the adapter's content hash.")
+    parser.add_argument("dirs", nargs="+", help="controller checkpoint or points dataset directories")
+    parser.add_argument("--adapter", required=True,
+                        help="the adapter those files were made with (a directory, or a cached hub id)")
+    args = parser.parse_args(argv)
+    for directory in args.dirs:
+        old, new = migrate(directory, args.adapter)
+        print(f"{directory}: {'already current' if old == new else f'{old} -> {new}'}")
+
+
+if __name__ == "__main__":
+    main()
