@@ -29,12 +29,13 @@ from data_builders.agent.hooks import EpisodeView, Hooks, PromptState
 from data_builders.features.gstep import gstep_features
 from data_builders.gates import GATES, gate_named
 from data_builders.features.toolgate import embed_texts, toolgate_state
+from data_builders.protocol import ANSWER_PREFILL, CALL_PREFILL
 
 # Probe&Prefill's two prefill styles (docs/guide.md#when2tool-the-probe-pipeline): soft = one first-person sentence
 # plus a newline, a hint the model may still overrule; hard = a forced prefix that commits it to a call or an answer.
 SOFT_PREFILL = {"skip": "I can solve this directly without using a tool.\n",
                 "use": "I need to use a tool for this question.\n"}
-HARD_PREFILL = {"skip": "\\boxed{", "use": {"xml": "<tool_call>\n", "native": '{"name": "'}}
+HARD_PREFILL = {"skip": ANSWER_PREFILL, "use": CALL_PREFILL}
 
 
 def prefill_text(decision: Literal["skip", "use"], style: str, call_format: str = "xml") -> str:

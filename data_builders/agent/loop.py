@@ -17,6 +17,7 @@ from ..backends.base import Backend, SamplingParams
 from ..backends.grammar import CallConstraint
 from ..environments import make_environment
 from ..environments.base import serialize
+from ..protocol import TOOL_CALL_CLOSE, TOOL_CALL_OPEN
 from ..tasks.schema import Task
 from ..tasks.scorers import score_task
 from ..tasks.scoring import extract_boxed, token_cost
@@ -233,7 +234,7 @@ class Agent:
         cfg = self.cfg
         params = SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
                                 # constrained: the grammar ends the turn after its call (backends/grammar.py)
-                                stop=() if cfg.constrained_calls else ("</tool_call>",),
+                                stop=() if cfg.constrained_calls else (TOOL_CALL_CLOSE,),
                                 seed=cfg.seed + step if cfg.temperature > 0 else None)
         probe_eps, plain_eps, probe_prompts, plain_prompts = [], [], [], []
         for ep in active:
@@ -372,7 +373,7 @@ class Agent:
             return self._answer(ep, raw)
 
         ep.turns[-1].kind = "content"
-        if "<tool_call>" in raw or '"name"' in raw:
+        if TOOL_CALL_OPEN in raw or '"name"' in raw:
             c["malformed_calls"] += 1     # an attempted call the lenient parser could not read
         c["format_errors"] += 1
         ep.after_tool = False

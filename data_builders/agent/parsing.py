@@ -38,9 +38,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-TOOL_CALL_OPEN = "<tool_call>"
-TOOL_CALL_CLOSE = "</tool_call>"
-BOXED_OPEN = "\\boxed{"
+from ..protocol import BOXED_OPEN, TOOL_CALL_CLOSE, TOOL_CALL_OPEN
+
 
 # Far above any single model turn (the benchmark generates at most 2048 tokens). Only a bound on parse time.
 MAX_LITERAL_CHARS = 100_000

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 
+from ..protocol import TOOL_CALL_CLOSE, TOOL_CALL_OPEN
+
 MODES = ("force", "default", "necessary", "sparse", "no_tool", "hard_no_tool")
 # Native chain-of-thought (the tool-use-tax paper's (arXiv 2605.00136) NoTool-CoT arm): a math-solver prompt with no tool wording and no
 # tool schemas. Kept out of MODES, whose order fixes G-STEP's one-hot mode features (a new entry would change
@@ -144,4 +146,4 @@ def tool_call_text(name: str, arguments: dict, call_format: str) -> str:
     """
     if call_format == "native":
         return json.dumps({"name": name, "parameters": arguments}, ensure_ascii=False)
-    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False) + "\n</tool_call>"
+    return f"{TOOL_CALL_OPEN}\n{json.dumps({'name': name, 'arguments': arguments}, ensure_ascii=False)}\n{TOOL_CALL_CLOSE}"

@@ -23,13 +23,15 @@ import json
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from ..protocol import NATIVE_CALL_OPEN, TOOL_CALL_CLOSE, TOOL_CALL_OPEN
+
 XGRAMMAR_INSTALL_HINT = ("agent.constrained_calls needs xgrammar: pip install '.[constrained]' "
                          "(or pip install 'xgrammar>=0.2.8' torch==<your torch version>)")
 
 # (trigger, begin before the tool name, begin after it, end) per call format.
 CALL_SYNTAX = {
-    "xml": ("<tool_call>", '<tool_call>\n{"name": "', '", "arguments": ', "}\n</tool_call>"),
-    "native": ('{"name": ', '{"name": "', '", "parameters": ', "}"),
+    "xml": (TOOL_CALL_OPEN, TOOL_CALL_OPEN + "\n" + NATIVE_CALL_OPEN, '", "arguments": ', "}\n" + TOOL_CALL_CLOSE),
+    "native": ('{"name": ', NATIVE_CALL_OPEN, '", "parameters": ', "}"),
 }
 # Longest whitespace run allowed inside the arguments JSON. Without a bound a small model can fill
 # the rest of max_new_tokens with spaces and newlines that the grammar accepts; 4 still allows

@@ -71,6 +71,7 @@ from typing import Any, Iterable, Mapping
 from data_builders.agent.parsing import has_boxed, parse_tool_call
 from data_builders.agent.trajectory import Call, Trajectory, Turn
 from data_builders.environments import ENVIRONMENTS
+from data_builders.protocol import TOOL_CALL_OPEN
 from data_builders.tasks.scoring import boxed_span
 
 __all__ = ["PATTERNS", "PATTERN_NAMES", "detect", "count_patterns"]
@@ -111,7 +112,7 @@ def _model_text(turn: Turn) -> str:
 
 def _before_call(text: str) -> str:
     """The part of a call turn written before the call itself (cf. ``parsing.reasoning_present``)."""
-    tag = text.find("<tool_call>")
+    tag = text.find(TOOL_CALL_OPEN)
     if tag >= 0:
         return text[:tag]
     call = parse_tool_call(text)
@@ -203,8 +204,8 @@ def _confirmatory(traj: Trajectory) -> bool:
         kind = turn.kind
         if round_calls or kind == "call":
             text = _before_call(text)
-        elif kind == "content" and "<tool_call>" in text:
-            text = text[:text.find("<tool_call>")]    # an unreadable call attempt is not reasoning
+        elif kind == "content" and TOOL_CALL_OPEN in text:
+            text = text[:text.find(TOOL_CALL_OPEN)]    # an unreadable call attempt is not reasoning
         if not internal:
             candidates = _boxed_values(text)
             if bare and _mentions(text, answer):
@@ -274,7 +275,7 @@ def _tool_format_collapse(traj: Trajectory) -> bool:
         if turn.kind != "content":
             continue
         text = turn.text
-        if "<tool_call>" in text or '"name"' in text or _FENCE in text:
+        if TOOL_CALL_OPEN in text or '"name"' in text or _FENCE in text:
             return True
     schemas = _schema_keys(traj.env)
     for call in _executed(traj.calls):

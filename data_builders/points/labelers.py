@@ -40,11 +40,12 @@ from ..environments import make_environment
 from ..features.gstep import GSTEP_FEATURES, gstep_features
 from ..features.probe import probe_features
 from ..features.toolgate import embed_texts, structural_names, toolgate_state
+from ..protocol import ANSWER_PREFILL
 from ..tasks.schema import Task
 from ..tasks.scorers import score_task
 
 log = logging.getLogger(__name__)
-FORCED_ANSWER_PREFILL = "\\boxed{"
+FORCED_ANSWER_PREFILL = ANSWER_PREFILL
 LABEL_RULES = {
     "probe": "label=1 (tool needed) iff the policy's greedy hard_no_tool episode is incorrect",
     "flip": "label=1 (execute) iff forced answer wrong before the tool output and right after, and the episode ends correct",

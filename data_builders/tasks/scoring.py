@@ -33,7 +33,8 @@ import ast
 import re
 from typing import Any
 
-BOXED_OPEN = "\\boxed{"
+from ..protocol import BOXED_OPEN
+
 
 # When2Tool's token cost: prefill tokens (tool responses, rejections, "Continue") weigh 0.2 of a generated token.
 PREFILL_WEIGHT = 0.2

@@ -32,6 +32,7 @@ from anyio import CapacityLimiter, to_thread
 
 from data_builders.agent import prompts as P
 from data_builders.environments.base import serialize
+from data_builders.protocol import TOOL_CALL_OPEN
 
 from .metrics import Metrics
 from .upstream import Upstream
@@ -201,8 +202,8 @@ class Gater:
             noted = body.pop("toolwise", None)      # the local upstream's note: the markup it kept out of the reply
             malformed = noted.get("malformed_call") if isinstance(noted, dict) else None
             text = turn.get("content") or ""
-            if malformed is None and not turn.get("tool_calls") and "<tool_call>" in text:
-                malformed = text[text.find("<tool_call>"):]     # an HTTP upstream's: its content is left as sent
+            if malformed is None and not turn.get("tool_calls") and TOOL_CALL_OPEN in text:
+                malformed = text[text.find(TOOL_CALL_OPEN):]     # an HTTP upstream's: its content is left as sent
             if malformed:       # opened a call nobody could parse: not a call, and no answer for G-STEP to judge
                 self.metrics.malformed_calls.inc()
                 malformed_calls.append({"round": calls - 1, "text": malformed})
