@@ -178,7 +178,7 @@ class Controller(nn.Module, PyTorchModelHubMixin, library_name="toolwise", tags=
                     f"{self.registry_name} was trained on {recorded!r}, which names its adapter by path (written "
                     f"before adapters were identified by their content); the policy now is {backend!r}. If this "
                     "controller was trained on that adapter, migrate it once: python -m "
-                    "data_builders.backends.fingerprint <this checkpoint dir> --adapter <the adapter directory>")
+                    "data_builders.migrate_fingerprints <this checkpoint dir> --adapter <the adapter directory>")
             raise ContractMismatch(f"{self.registry_name} was trained on the policy {want['backend']!r}; "
                                    f"these features come from {backend!r}")
 

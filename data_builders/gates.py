@@ -41,6 +41,9 @@ class Gate:
     controller: str             # controllers.REGISTRY name of the class the recipe fits
     hook: str                   # the agent-loop hook (Hooks method) its run-time hook answers
     actions: tuple[str, str]    # the hook's decision when p >= τ, and when p < τ
+    # what a server applies when the gate itself fails, per ON_ERROR_MODES: "open" lets the turn through as the
+    # policy wrote it, "closed" takes the cautious action
+    on_error: tuple[str, str]
 
     @property
     def featurizer(self) -> Featurizer:
@@ -54,10 +57,17 @@ class Gate:
         return LABELERS[self.kind]
 
 
+#: how a server resolves a gate that raises (``gates.on_error``); each gate's action for each is its ``on_error``
+ON_ERROR_MODES = ("open", "closed")
+
 GATES: dict[str, Gate] = {g.name: g for g in (
-    Gate("probe_prefill", kind="probe", controller="linear_probe", hook="pre_generation", actions=("use", "skip")),
-    Gate("toolgate", kind="flip", controller="toolgate_logistic", hook="pre_call", actions=("execute", "skip")),
-    Gate("g_step", kind="commit", controller="gstep_mlp", hook="on_answer", actions=("continue", "commit")),
+    # the probe failing open adds no prefill at all ("none": the policy writes its first turn unprompted)
+    Gate("probe_prefill", kind="probe", controller="linear_probe", hook="pre_generation", actions=("use", "skip"),
+         on_error=("none", "skip")),
+    Gate("toolgate", kind="flip", controller="toolgate_logistic", hook="pre_call", actions=("execute", "skip"),
+         on_error=("execute", "skip")),
+    Gate("g_step", kind="commit", controller="gstep_mlp", hook="on_answer", actions=("continue", "commit"),
+         on_error=("commit", "continue")),
 )}
 #: decision-point kind -> the gate whose points it builds
 BY_KIND: dict[str, Gate] = {g.kind: g for g in GATES.values()}

@@ -14,3 +14,5 @@ NATIVE_CALL_OPEN = '{"name": "'
 #: response prefixes that commit a turn before the policy writes: an answer, or a call in either format
 ANSWER_PREFILL = BOXED_OPEN
 CALL_PREFILL = {"xml": TOOL_CALL_OPEN + "\n", "native": NATIVE_CALL_OPEN}
+#: Probe&Prefill's response prefills: soft (a sentence that states the decision) | hard (the forced prefix above)
+PREFILL_STYLES = ("soft", "hard")

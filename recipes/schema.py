@@ -42,9 +42,10 @@ from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 
 from data_builders.agent.loop import AgentConfig
 from data_builders.agent.prompts import ALL_MODES, CALL_FORMATS, MODE_ALIASES, MODES
-from data_builders.gates import GATES
+from data_builders.gates import GATES, ON_ERROR_MODES
 from data_builders.metrics.hardware import HardwareProfile
 from data_builders.metrics.pte import PARAM_CONVENTIONS, PTEConfig
+from data_builders.protocol import PREFILL_STYLES
 from data_builders.tasks import SOURCE_ENVS, bfcl
 from data_builders.tasks.builtin import TIERS
 from data_builders.tasks.distractors import DISTRACTOR_KINDS
@@ -752,7 +753,7 @@ class RolloutConfig(PolicyGroups):
 class ProbeArm:
     checkpoint: str = required("an exported probe_prefill checkpoint")
     styles: List[str] = param(["soft", "hard"], "response prefills: soft (a sentence) | hard (a forced prefix)",
-                              items=("soft", "hard"))
+                              items=PREFILL_STYLES)
     taus: List[Any] = param([0.1, 0.3, 0.5, 0.7, 0.9], "numbers or calibrated (the checkpoint's own τ; OmegaConf "
                                                        "has no float | str); every τ is its own rollout",
                             check=tau_values)
@@ -914,13 +915,13 @@ class ServeGates:
     probe_prefill: Optional[str] = param(None, "upstream=local only: Probe&Prefill on each conversation's first "
                                                "turn (it reads the policy's hidden states)")
     prefill_style: str = param("soft", "the probe's response prefill: soft (a sentence) | hard (a forced prefix)",
-                               )
+                               choices=PREFILL_STYLES)
     taus: ServeTaus = param(ServeTaus(), "each gate's τ, e.g. an operating point chosen on held-out tasks")
     policy: Optional[str] = param(None, "the upstream policy's fingerprint: gates trained on another policy refuse "
                                         "to load")
     strict: bool = param(True, "false: skip the policy contract check")
     on_error: str = param("open", "a gate that raises: open = execute the call / commit the answer; closed = skip "
-                                  "/ continue")
+                                  "/ continue", choices=ON_ERROR_MODES)
     max_reasks: int = param(2, "upstream re-asks after skipped calls, per request", ge=0)
     max_continues: int = param(1, "G-STEP verification rounds per conversation", ge=0)
     logprobs: Optional[bool] = param(None, "request token log-probs from the upstream; null: when gates.g_step is "

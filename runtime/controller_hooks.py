@@ -29,7 +29,7 @@ from data_builders.agent.hooks import EpisodeView, Hooks, PromptState
 from data_builders.features.gstep import gstep_features
 from data_builders.gates import GATES, gate_named
 from data_builders.features.toolgate import embed_texts, toolgate_state
-from data_builders.protocol import ANSWER_PREFILL, CALL_PREFILL
+from data_builders.protocol import ANSWER_PREFILL, CALL_PREFILL, PREFILL_STYLES
 
 # Probe&Prefill's two prefill styles (docs/guide.md#when2tool-the-probe-pipeline): soft = one first-person sentence
 # plus a newline, a hint the model may still overrule; hard = a forced prefix that commits it to a call or an answer.
@@ -44,7 +44,7 @@ def prefill_text(decision: Literal["skip", "use"], style: str, call_format: str 
     if style == "hard":
         text = HARD_PREFILL[decision]
         return text[call_format] if isinstance(text, dict) else text
-    raise ValueError(f"prefill style {style!r}: choose soft or hard")
+    raise ValueError(f"prefill style {style!r}: choose one of {PREFILL_STYLES}")
 
 
 def checked(controller: Controller, gate_name: str, policy: str | None, *, strict: bool = True) -> Controller:

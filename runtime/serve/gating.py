@@ -32,6 +32,7 @@ from anyio import CapacityLimiter, to_thread
 
 from data_builders.agent import prompts as P
 from data_builders.environments.base import serialize
+from data_builders.gates import GATES, ON_ERROR_MODES
 from data_builders.protocol import TOOL_CALL_OPEN
 
 from .metrics import Metrics
@@ -39,8 +40,8 @@ from .upstream import Upstream
 
 #: gates.on_error -> what each gate's failure applies: open lets the turn through as if no gate were there (the call
 #: runs, the answer stands, no response prefill); closed takes the gate's cautious action
-ON_ERROR = {"open": {"toolgate": "execute", "g_step": "commit", "probe_prefill": "none"},
-            "closed": {"toolgate": "skip", "g_step": "continue", "probe_prefill": "skip"}}
+#: on_error mode -> gate -> the action applied when that gate raises (each gate's own rule, data_builders.gates)
+ON_ERROR = {mode: {g.name: g.on_error[i] for g in GATES.values()} for i, mode in enumerate(ON_ERROR_MODES)}
 
 
 @dataclass

@@ -39,14 +39,3 @@ def test_a_decision_takes_the_gates_actions_at_tau(name):
     assert decide(name, controller, None, 0.9, time.perf_counter()).action == GATES[name].actions[1]
 
 
-def test_the_endpoints_on_error_rule_covers_every_gate():
-    pytest.importorskip("anyio")
-    from runtime.serve.gating import ON_ERROR
-
-    for policy, applied in ON_ERROR.items():
-        assert set(applied) == set(GATES), policy
-        for name, action in applied.items():     # an action the gate can take, or (the probe) no prefill at all
-            assert action in GATES[name].actions or (name == "probe_prefill" and action == "none"), (policy, name)
-    # open lets the turn through (the call runs, the answer stands, no prefill); closed is the other way
-    assert ON_ERROR["open"] == {"toolgate": "execute", "g_step": "commit", "probe_prefill": "none"}
-    assert ON_ERROR["closed"] == {"toolgate": "skip", "g_step": "continue", "probe_prefill": "skip"}

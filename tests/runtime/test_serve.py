@@ -187,16 +187,28 @@ def test_usage_counts_every_upstream_call_of_the_request():
     assert usage == {k: body["toolwise"]["usage"][k] for k in usage}
 
 
-@pytest.mark.parametrize("on_error,applied,upstream_calls", [("open", "execute", 1), ("closed", "skip", 2)])
-def test_a_failing_gate_is_recorded_and_resolved_by_on_error(on_error, applied, upstream_calls):
-    client, fake, _ = served(ForcedGates(tool_actions=["raise"]), f"gates.on_error={on_error}")
+@pytest.mark.parametrize("gate,on_error,applied,upstream_calls", [
+    # open lets the turn through as the policy wrote it (the call runs, the answer stands); closed takes the
+    # cautious action (the call is skipped and the model re-asked; the answer is sent back for verification)
+    ("toolgate", "open", "execute", 1), ("toolgate", "closed", "skip", 2),
+    ("g_step", "open", "commit", 1), ("g_step", "closed", "continue", 2)])
+def test_a_failing_gate_is_recorded_and_resolved_by_on_error(gate, on_error, applied, upstream_calls):
+    forced = ForcedGates(tool_actions=["raise"]) if gate == "toolgate" else ForcedGates(answer_actions=["raise"])
+    client, fake, _ = served(forced, f"gates.on_error={on_error}")
     with client:
-        r = ask(client)
+        r = ask(client, tools=TOOLS if gate == "toolgate" else None)
         assert r.status_code == 200
-        assert metric(client, "toolwise_gate_errors_total", gate="toolgate") == 1
+        assert metric(client, "toolwise_gate_errors_total", gate=gate) == 1
     d = r.json()["toolwise"]["decisions"][0]
-    assert d["action"] == "error" and d["applied"] == applied and "forced toolgate failure" in d["error"]
+    assert d["gate"] == gate and d["action"] == "error" and d["applied"] == applied
+    assert f"forced {gate} failure" in d["error"]
     assert len(fake.requests) == upstream_calls
+
+
+@pytest.mark.parametrize("key,value", [("gates.on_error", "opne"), ("gates.prefill_style", "firm")])
+def test_a_mistyped_gate_option_fails_when_the_config_is_composed(key, value):
+    with pytest.raises(Exception, match=rf"{key}.*{value}|{value}.*{key}"):
+        config(f"{key}={value}")
 
 
 def test_metrics_count_requests_latencies_and_errors():

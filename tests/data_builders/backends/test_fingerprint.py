@@ -13,6 +13,7 @@ from safetensors.torch import load_file, save_file
 
 from controllers import ContractMismatch, ToolGateLogistic, make_contract
 from data_builders.backends import fingerprint as F
+from data_builders import migrate_fingerprints as M
 from data_builders.backends import loading
 from data_builders.features import FEATURIZERS
 from data_builders.features.toolgate import EMBEDDING_DIM, structural_names
@@ -82,17 +83,17 @@ def test_a_legacy_fingerprint_is_refused_naming_the_migration_which_makes_it_loa
     old = _legacy_gate(tmp_path, policy.partition("+")[0])
     assert F.legacy_adapter(json.loads((old / "config.json").read_text())["contract"]["backend"]) == \
         "checkpoints/tool_sft/v3"
-    with pytest.raises(ContractMismatch, match=r"names its adapter by path.*python -m data_builders.backends."
-                                               r"fingerprint"):
+    with pytest.raises(ContractMismatch, match=r"names its adapter by path.*python -m data_builders."
+                                               r"migrate_fingerprints"):
         checked(ToolGateLogistic.from_pretrained(old), "toolgate", policy)
-    F.main([str(old), "--adapter", str(adapter)])
+    M.main([str(old), "--adapter", str(adapter)])
     migrated = ToolGateLogistic.from_pretrained(old)
     assert migrated.contract["backend"] == policy
     checked(migrated, "toolgate", policy)
     assert policy in (old / "README.md").read_text()                 # the card says the same
-    assert F.migrate(old, adapter) == (policy, policy)               # a second run changes nothing
+    assert M.migrate(old, adapter) == (policy, policy)               # a second run changes nothing
     with pytest.raises(FileNotFoundError, match="neither a controller checkpoint"):
-        F.migrate(tmp_path, adapter)
+        M.migrate(tmp_path, adapter)
 
 
 def test_a_legacy_points_dataset_migrates_and_still_verifies(tiny_model_dir, adapter, tmp_path):
@@ -108,7 +109,7 @@ def test_a_legacy_points_dataset_migrates_and_still_verifies(tiny_model_dir, ada
                                "difficulty": "easy", "label": 1}], {"x": torch.zeros(1, 3)})
         store.finalize({"points": 1, "positives": 1})
     assert load_points(root).manifest["backend"] == legacy
-    F.migrate(root, adapter)
+    M.migrate(root, adapter)
     assert load_points(root, backend=policy).manifest["backend"] == policy    # markers follow the new identity
     shard = next(root.glob("shard-*.parquet"))
     shard.write_bytes(shard.read_bytes()[:-8])
@@ -116,7 +117,7 @@ def test_a_legacy_points_dataset_migrates_and_still_verifies(tiny_model_dir, ada
     manifest["backend"] = legacy
     (root / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(CorruptDataset):                               # a damaged dataset is not migrated
-        F.migrate(root, adapter)
+        M.migrate(root, adapter)
 
 
 def test_an_adapter_this_machine_lacks_cannot_be_identified(monkeypatch, tmp_path):
