@@ -21,9 +21,10 @@ PASSED_THROUGH = {400, 404, 413, 422, 429}   # upstream statuses about the clien
 
 
 class Upstream:
-    def __init__(self, base_url: str, *, api_key: str | None = None, timeout_s: float = 60.0,
-                 connect_timeout_s: float = 5.0, retries: int = 2, max_connections: int = 64,
-                 transport: httpx.AsyncBaseTransport | None = None):
+    # No defaults here: the serve config's upstream group (ServeUpstream) is where they are written, once;
+    # from_config passes them all.
+    def __init__(self, base_url: str, *, api_key: str | None, timeout_s: float, connect_timeout_s: float,
+                 retries: int, max_connections: int, transport: httpx.AsyncBaseTransport | None = None):
         self.base_url = base_url.rstrip("/")
         self._client = httpx.AsyncClient(
             base_url=self.base_url + "/",

@@ -178,9 +178,13 @@ def test_a_failing_probe_is_recorded_and_resolved_by_on_error(tiny_backend, prob
 
 
 def test_an_unknown_prefill_style_fails_when_the_app_is_built(tiny_backend):
-    """The response prefill is the gating layer's (``gates.prefill_style``): a style it cannot write fails when the
-    app is built, before any request, not on the first probed turn."""
-    cfg = recipes.compose("serve", ["upstream=local", "gates.prefill_style=loud"])
+    """The response prefill is the gating layer's (``gates.prefill_style``): a style it cannot write is refused
+    when the config is composed, and (a config edited afterwards) when the app is built, before any request, not
+    on the first probed turn."""
+    with pytest.raises(Exception, match="gates.prefill_style='loud': choose one of soft, hard"):
+        recipes.compose("serve", ["upstream=local", "gates.prefill_style=loud"])
+    cfg = recipes.compose("serve", ["upstream=local"])
+    cfg.gates.prefill_style = "loud"
     upstream = LocalUpstream(tiny_backend, call_format=call_format_of(tiny_backend.fingerprint))
     with pytest.raises(ValueError, match="prefill style 'loud'"):
         create_app(cfg, None, upstream)

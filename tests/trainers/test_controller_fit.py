@@ -276,11 +276,27 @@ def test_probe_baselines(fits):
     # the signal lives in one layer: validation picks it, and it alone separates test
     assert single["layer"] == PROBE_SIGNAL_LAYER and single["test"]["auroc"] > 0.9
     assert len(single["val_auroc_by_layer"]) == PROBE_LAYERS
-    assert f"layer {PROBE_SIGNAL_LAYER} of {PROBE_LAYERS}" in single["detail"]
+    assert single["detail"] == f"layer {PROBE_SIGNAL_LAYER} of {PROBE_LAYERS}, chosen on val"
     # labels are "category B" and the instruction text names the task: the words predict it, which they
     # only can if each point is matched with its own task's instruction
     assert b["bag-of-words logistic regression"]["test"]["auroc"] > 0.8
 
+
+
+def test_the_single_layer_baseline_says_when_nothing_was_chosen_on_val(tmp_path):
+    """No val points (a custom task file's small build): the last layer is a default, and the report says so
+    instead of "chosen on val"."""
+    from trainers.controller.baselines import single_layer
+    from trainers.controller.fit import split_tensors
+
+    data = tmp_path / "points"
+    cfg = fit_cfg("probe_prefill", data, tmp_path, "recipe.points.build.limit=90")
+    probe_dataset(data, cfg)
+    splits = split_tensors(load_points(data, kind="probe"), "probe")
+    splits["val"] = tuple(t[:0] if hasattr(t, "shape") else t for t in splits["val"])
+    result = single_layer(cfg.recipe, load_points(data, kind="probe"), splits, cfg.trainer)
+    assert result["layer"] == PROBE_LAYERS - 1 and set(result["val_auroc_by_layer"].values()) == {None}
+    assert result["detail"] == f"layer {PROBE_LAYERS - 1} of {PROBE_LAYERS}, the last layer: no val points to choose on"
 
 def test_bag_of_words_reads_the_instructions_of_the_datasets_own_tasks(tmp_path):
     """A points.dir dataset built with other task settings than this fit's config (here: 90 tasks per split,

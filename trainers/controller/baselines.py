@@ -36,8 +36,11 @@ def single_layer(recipe, points, splits, trainer_cfg: DictConfig) -> dict:
     best = max(scored, key=scored.get) if scored else n_layers - 1
     c = new_controller(recipe, points, x_tr, layers=[best])
     train(c, recipe.train, (x_tr, y_tr), None, trainer_cfg, progress=False)
+    # without a val AUROC (no val points, or one class there) nothing was chosen: the last layer is a default
+    how = "chosen on val" if scored else ("the last layer: no val points to choose on" if not len(y_va)
+                                         else "the last layer: val has one class, no AUROC to choose on")
     return {"test": {"auroc": _auroc(y_te.numpy(), raw_logits(c, x_te).numpy())}, "layer": best,
-            "val_auroc_by_layer": val, "detail": f"layer {best} of {n_layers}, chosen on val"}
+            "val_auroc_by_layer": val, "detail": f"layer {best} of {n_layers}, {how}"}
 
 
 def bag_of_words(points, splits, build: DictConfig, C: float) -> dict:
