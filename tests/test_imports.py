@@ -213,6 +213,7 @@ def test_no_import_cycles_the_contracts_cannot_see(graph):
     assert not found, "import cycles:\n  " + "\n\n  ".join(found)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("module", sorted(lines(contracts()["light-runtime"]["source_modules"])))
 def test_runtime_hooks_do_not_load_the_training_stack(module):
     """The ``light-runtime`` contract at run time: import-linter does not follow the imports that third-party

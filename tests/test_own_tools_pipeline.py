@@ -200,6 +200,7 @@ def tool_source(request):
     assert alive, "the HTTP MCP server died during the run"
 
 
+@pytest.mark.slow
 def test_build_fit_and_evaluate_on_a_teams_own_mcp_tools(policy, tool_source, tmp_path):
     task_file = write_tasks(tmp_path / "tasks.jsonl", tool_source)
     policy_args = ["model=hf", f"model.name={policy}", "tasks=custom", f"tasks.path={task_file}"]

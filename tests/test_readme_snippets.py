@@ -125,6 +125,10 @@ def without_env(argv: list[str]) -> tuple[dict, list[str]]:
 
 
 # ---------------------------------------------------------------------------------------------- the checks
+#: ``python -m`` commands that are not Hydra apps; the docs run them on committed files, where they change nothing
+PLAIN_COMMANDS = {"data_builders.migrate_fingerprints"}
+
+
 def hydra_config_name(module: str) -> str:
     """The config a ``python -m <module>`` Hydra app composes (its ``@hydra.main(config_name=...)``)."""
     spec = importlib.util.find_spec(module)
@@ -321,6 +325,11 @@ class Page:
         module, overrides = argv[2], argv[3:]
         if module == "trainers.sweep":
             return f"sweep: {check_sweep(overrides)} grid points compose"
+        if module in PLAIN_COMMANDS:     # argparse commands the docs show on the repository's own files: run them
+            proc = subprocess.run([sys.executable, "-m", module, *overrides], cwd=REPO, capture_output=True,
+                                  text=True, timeout=120)
+            assert proc.returncode == 0, f"{block.where}: exit {proc.returncode}:\n{proc.stderr[-3000:]}"
+            return proc.stdout.strip()
         cfg = compose(module, overrides)
         why_not = runnable_here(module, cfg)
         if why_not is None:

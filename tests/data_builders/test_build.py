@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 import torch
 
 from data_builders.points.store import load_points
@@ -20,6 +21,7 @@ def cmd(model_dir, out, kind="probe"):
             f"out_dir={out}", f"hydra.run.dir={out}-hydra"]
 
 
+@pytest.mark.slow
 def test_killed_and_resumed_build_equals_uninterrupted(tiny_model_dir, tmp_path):
     ref = subprocess.run(cmd(tiny_model_dir, tmp_path / "ref"), cwd=REPO, capture_output=True, text=True, timeout=600)
     assert ref.returncode == 0, ref.stderr[-3000:]
@@ -61,6 +63,7 @@ def test_killed_and_resumed_build_equals_uninterrupted(tiny_model_dir, tmp_path)
     assert set(a.points["split"]) <= {"train", "val", "test"} and "test" in a.points["split"]
 
 
+@pytest.mark.slow
 def test_resuming_with_another_model_is_refused(tiny_model_dir, tmp_path):
     from tests.tiny_models import build_tiny_llama
 
@@ -72,6 +75,7 @@ def test_resuming_with_another_model_is_refused(tiny_model_dir, tmp_path):
     assert proc.returncode != 0 and "resume refused" in proc.stderr and "backend: on disk" in proc.stderr
 
 
+@pytest.mark.slow
 def test_a_token_budget_with_no_room_to_generate_is_refused_and_nothing_is_written(tiny_model_dir, tmp_path):
     # Accepted before: exit 0 with every point labelled "tool needed" from episodes that never generated.
     for budget, says in (("4096", "leaves no room for a prompt: the context holds 4096 tokens"),   # = the context

@@ -2,6 +2,8 @@
 runs the agent, and its probe read leaves generation unchanged."""
 from __future__ import annotations
 
+import pytest
+
 from data_builders.agent.loop import Agent, AgentConfig
 from data_builders.backends.base import SamplingParams
 from data_builders.backends.loading import EMBEDDED_ID, embedded_model_dir
@@ -17,6 +19,7 @@ def test_embedded_model_shape_and_cache(embedded_backend):
     assert "quantization_config" not in cfg.to_dict()
 
 
+@pytest.mark.slow
 def test_embedded_probe_read_does_not_change_generation(embedded_backend):
     agent = Agent(embedded_backend, AgentConfig())
     prompts = [agent._render(agent._start(t, i)) for i, t in enumerate(load_tasks("builtin", limit=6))]
@@ -29,6 +32,7 @@ def test_embedded_probe_read_does_not_change_generation(embedded_backend):
     assert all(g.decode_tokens > 0 and g.text for g in plain)
 
 
+@pytest.mark.slow
 def test_embedded_agent_runs_all_categories(embedded_backend):
     tasks = load_tasks("builtin", limit=6, difficulties=["easy", "medium"])  # hard 2-D lists: 2k-token prompts
     cfg = dict(mode="force", max_rounds=2, max_new_tokens=32)

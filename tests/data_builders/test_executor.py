@@ -68,6 +68,7 @@ def count_writes(monkeypatch) -> list[int]:
     return written
 
 
+@pytest.mark.slow
 def test_ray_build_equals_local_build(cluster, tiny_model_dir, local_build, tmp_path, monkeypatch):
     written = count_writes(monkeypatch)
     build.run(build_cfg(tiny_model_dir, tmp_path / "pts", "executor=ray", "executor.workers=2"))
@@ -88,6 +89,7 @@ def bar_steps(monkeypatch) -> list[int]:
     return steps
 
 
+@pytest.mark.slow
 def test_workers_report_progress_while_their_shard_runs(cluster, tiny_model_dir):
     from data_builders.executors import executor_from_config
 
@@ -113,6 +115,7 @@ def busy_worker_pids() -> list[int]:
             if line.split(None, 1)[1:] and line.split(None, 1)[1].startswith("ray::EngineWorker.run")]
 
 
+@pytest.mark.slow
 def test_a_worker_killed_mid_build_has_its_shard_redone(cluster, tiny_model_dir, local_build, tmp_path, monkeypatch,
                                                          caplog):
     out = tmp_path / "pts"
@@ -142,6 +145,7 @@ def test_a_worker_killed_mid_build_has_its_shard_redone(cluster, tiny_model_dir,
     assert_same_dataset(local_build, load_points(out))
 
 
+@pytest.mark.slow
 def test_ray_rollout_equals_local(cluster, tiny_model_dir, tmp_path):
     base = ["model=hf", f"model.name={tiny_model_dir}", "tasks=builtin", "mode=force", "limit=6",
             "agent.max_rounds=2", "agent.max_new_tokens=8"]
@@ -163,6 +167,7 @@ def test_ray_rollout_equals_local(cluster, tiny_model_dir, tmp_path):
     assert summary["tasks"] == 6 and not (tmp_path / "ray" / "trajectories.partial.jsonl").exists()
 
 
+@pytest.mark.slow
 def test_a_model_that_cannot_load_fails_with_the_loaders_message(cluster, tmp_path):
     start = time.monotonic()
     with pytest.raises(Exception, match=r"could not load the model: .*/nonexistent"):
@@ -170,6 +175,7 @@ def test_a_model_that_cannot_load_fails_with_the_loaders_message(cluster, tmp_pa
     assert time.monotonic() - start < 60          # no restart loop
 
 
+@pytest.mark.slow
 def test_an_unreachable_address_fails_quickly_naming_it(tiny_model_dir, tmp_path):
     # a fresh process: this one is connected to the module's cluster, which an executor would reuse
     cmd = [sys.executable, "-m", "data_builders.build", *BUILD, f"model.name={tiny_model_dir}",
@@ -182,6 +188,7 @@ def test_an_unreachable_address_fails_quickly_naming_it(tiny_model_dir, tmp_path
     assert time.monotonic() - start < 60
 
 
+@pytest.mark.slow
 def test_workers_the_cluster_cannot_hold_are_refused_not_left_waiting(cluster, tiny_model_dir, tmp_path):
     with pytest.raises(ValueError, match=r"3 workers x executor.num_cpus=1.0 need 3 CPUs; the cluster has 2"):
         build.run(build_cfg(tiny_model_dir, tmp_path / "pts", "executor=ray", "executor.workers=3"))

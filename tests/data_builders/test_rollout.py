@@ -24,6 +24,7 @@ def test_rollout_config_composes_with_overrides():
     assert cfg.mode == "force" and cfg.limit == 32 and cfg.model.name == "smollm2" and cfg.tasks.source == "builtin"
 
 
+@pytest.mark.slow
 def test_rollout_cli_on_tiny_model(tiny_model_dir, tmp_path):
     cmd = [sys.executable, "-m", "data_builders.rollout", "model=hf", f"model.name={tiny_model_dir}", "tasks=builtin",
            "mode=force", "limit=5", "agent.max_rounds=2", "agent.max_new_tokens=8", f"hydra.run.dir={tmp_path}"]

@@ -82,6 +82,7 @@ def test_every_group_option_is_composed_below():
     assert {(None, f"{e}_schema") for e in ENTRY_GROUPS} <= {(g, n) for g, n, _ in schema.SCHEMAS}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("entry,overrides", CASES, ids=[f"{e}:{o[-1] if e != 'fit' else ' '.join(o)}"
                                                         for e, o in CASES])
 def test_entry_config_composes_fully_typed(entry, overrides):
@@ -229,6 +230,7 @@ def test_the_pte_group_is_pte_config():
         assert pte_cfg.profile == hardware.PROFILES["h200_nvl_paper"]
 
 
+@pytest.mark.slow
 def test_the_cache_key_of_the_shipped_configs_is_what_it_was():
     """The decoding that keys cached trajectories (trainers/evaluate/run.py) is exactly the agent block
     evaluate.yaml and factorized.yaml had before the agent group, so caches written then still hit."""
@@ -252,6 +254,7 @@ def test_hardware_override_selects_a_profile_on_every_entry_pricing_pte(entry, n
     assert (ROOT / "hardware" / f"{name}.yaml").read_text().startswith(f"# hardware={name} ")
 
 
+@pytest.mark.slow
 def test_hardware_profiles_are_the_yaml_files(tmp_path):
     assert hardware.hardware_dir() == ROOT / "hardware" and set(hardware.PROFILES) == set(options("hardware"))
     for name, profile in hardware.PROFILES.items():
@@ -453,6 +456,7 @@ def test_every_float_field_refuses_inf_and_nan_naming_the_field_and_the_value():
             assert not [e for e in schema.value_errors(node, "x") if "finite" in e]
 
 
+@pytest.mark.slow
 def test_a_bad_value_ends_the_command_before_any_model_loads(tmp_path):
     """Before, ``shard_size=-1`` loaded the model and failed on a missing parquet column, leaving a manifest with no
     shards; ``recipe.train.optimizer=adamww`` failed after the decision points were built."""

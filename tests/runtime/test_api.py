@@ -199,6 +199,7 @@ def tiny_gates(tiny_backend, tmp_path_factory):
     return {name: str(root / name) for name in ctrl}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["native", "xml"])
 @pytest.mark.parametrize("tau", [0.0, 1.0])   # 0: every call executes, every answer continues; 1: the opposite
 def test_loop_and_openai_messages_give_identical_features_and_decisions(tiny_backend, tiny_gates, fmt, tau):
@@ -292,6 +293,7 @@ def _own_tool_tasks(tmp_path) -> list[Task]:
     return read_custom(path)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["native", "xml"])
 def test_own_tools_loop_and_openai_messages_give_identical_decisions(tiny_backend, tiny_gates, tmp_path, fmt):
     """A team's own tool (a Python function, its schema from transformers' get_json_schema) through the loop and

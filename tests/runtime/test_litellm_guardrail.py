@@ -73,6 +73,7 @@ def proxy(tmp_path_factory):
                 proc.kill()
 
 
+@pytest.mark.slow
 def test_the_guardrail_gates_a_tool_episode_through_a_litellm_proxy(proxy):
     url, key, fake, log = proxy
     client = openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0)

@@ -648,6 +648,7 @@ def test_slow_request_heads_do_not_stall_the_server():
             s.close()
 
 
+@pytest.mark.slow
 def test_a_client_that_leaves_a_non_streamed_request_ends_it_as_a_499():
     """The disconnect is awaited (ASGI ``http.disconnect``), not polled: the request ends as a counted 499 as soon
     as its client is gone, while the upstream would have taken seconds more."""
@@ -786,6 +787,7 @@ def test_upstream_down_is_502_and_models_too():
         assert client.get("/health").status_code == 200
 
 
+@pytest.mark.slow
 def test_upstream_timeout_is_504_over_a_real_socket():
     fake = ScriptedUpstream(delay_s=2.0)
     with serve_in_thread(fake.app) as url:

@@ -203,6 +203,7 @@ def test_bad_messages_get_a_400_naming_the_problem(tiny_backend):
         assert client.get("/v1/models").json()["data"][0]["id"] == tiny_backend.model_id
 
 
+@pytest.mark.slow
 def test_config_builds_a_local_upstream_and_refuses_a_probe_over_http(tiny_model_dir, probes):
     cfg = recipes.compose("serve", ["upstream=local", "model=hf", f"model.name={tiny_model_dir}",
                                     f"gates.probe_prefill={probes['use']}", "gates.strict=false"])
@@ -371,6 +372,7 @@ def test_max_tokens_past_the_context_is_capped_to_the_room_left(tiny_backend):
     assert r.json()["choices"][0]["finish_reason"] == "length" and usage["total_tokens"] == 160
 
 
+@pytest.mark.slow
 def test_a_huge_generation_neither_stalls_a_good_request_nor_outlives_its_client(tiny_backend):
     """max_tokens=10**9 on a long prompt (capped to the 4,096-token context: ~13 s of the tiny policy here): a
     good request sent meanwhile is answered within 5 s (the two take turns slice by slice), and when the huge
@@ -409,6 +411,7 @@ def test_a_huge_generation_neither_stalls_a_good_request_nor_outlives_its_client
     assert 'toolwise_errors_total{code="client_closed",status="499"} 1.0' in metrics
 
 
+@pytest.mark.slow
 def test_sigterm_stops_the_server_promptly_during_a_long_generation(tiny_model_dir, tmp_path):
     """uvicorn waits for requests in flight on SIGTERM, by default without end: a long generation kept the server
     up past 30 s."""

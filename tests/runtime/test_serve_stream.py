@@ -123,6 +123,7 @@ def test_a_held_answer_is_never_the_one_sent_back_for_verification():
     assert [d["applied"] for d in tw["decisions"]] == ["continue", "commit"]
 
 
+@pytest.mark.slow
 def test_text_no_gate_needs_streams_as_it_arrives_and_a_held_one_waits_for_its_decision():
     words = " ".join(f"w{i}" for i in range(10))
     fake = ScriptedUpstream(reply=lambda body: {"role": "assistant", "content": words}, token_delay_s=0.05)

@@ -25,6 +25,7 @@ from tests.trainers.test_controller_fit import fit_cfg, run_fit, synthetic_datas
 REPO = Path(trainers.__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_ddp_fit_on_two_cpu_processes_exports_the_one_process_controller(tmp_path):
     data = synthetic_dataset(tmp_path / "points", "flip", n=400)
     single = run_fit(fit_cfg("toolgate", data, tmp_path / "single", logger="csv"))

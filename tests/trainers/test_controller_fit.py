@@ -365,6 +365,7 @@ def points_cfg(tmp_path, *overrides):
     return fit_cfg("g_step", "null", tmp_path, f"recipe.points.root={tmp_path / 'points'}", *overrides)
 
 
+@pytest.mark.slow
 def test_decision_points_builds_once_then_reuses(tmp_path, fake_build):
     from trainers.controller.points import build_config, decision_points
 
@@ -437,6 +438,7 @@ def test_csv_logger_writes_the_training_curve_and_the_final_metrics(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------- W&B
+@pytest.mark.slow
 def test_wandb_logger_writes_one_offline_run_per_fit_with_the_artifact(tmp_path, monkeypatch):
     """Two fits in one process, as the jobs of a local sweep (a Hydra multirun) run: each gets its own offline
     run in its run directory, holding its metrics and its exported controller as a model artifact."""

@@ -101,6 +101,7 @@ def scripted(monkeypatch):
     return backend
 
 
+@pytest.mark.slow
 def test_every_arm_runs_then_a_rerun_is_served_from_the_cache(tmp_path, checkpoints, scripted):
     first = run(eval_cfg(tmp_path, checkpoints))
     arms = first["arms"]

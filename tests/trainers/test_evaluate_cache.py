@@ -62,6 +62,7 @@ def racer(root: str, writer: int, trials: int, barrier, results) -> None:
             results.put((t, writer, "crash", traceback.format_exc()))
 
 
+@pytest.mark.slow
 def test_concurrent_runs_sharing_a_cache_dir_lose_nothing_and_never_mix_files(tmp_path):
     ctx = mp.get_context("spawn")
     barrier, results = ctx.Barrier(WRITERS), ctx.Queue()

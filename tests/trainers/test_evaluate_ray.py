@@ -58,6 +58,7 @@ def metrics(results):
     return arms
 
 
+@pytest.mark.slow
 def test_ray_evaluation_equals_local(cluster, tiny_model_dir, tmp_path, checkpoints):
     local = run(OmegaConf.merge(eval_cfg(tiny_model_dir, tmp_path, "local"), {"arms": checkpoints}))
     distributed = run(OmegaConf.merge(eval_cfg(tiny_model_dir, tmp_path, "ray", "executor=ray", "executor.workers=2",

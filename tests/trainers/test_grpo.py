@@ -189,6 +189,7 @@ def test_without_an_adapter_the_start_policy_is_a_fresh_lora_from_the_recipe(tin
     assert lora_cfg.base_model_name_or_path == str(tiny_model_dir)
 
 
+@pytest.mark.slow
 def test_grpo_smoke_run_trains_the_start_adapter_and_varies_rewards_within_groups(tiny_model_dir, tmp_path,
                                                                                  start_adapter):
     import torch

@@ -78,6 +78,7 @@ def test_auroc_interval_is_stratified_and_brackets_sklearns_value():
     assert auroc_interval(s[:31], y[:31]) is None                         # one negative: undefined
 
 
+@pytest.mark.slow
 def test_kappa_interval_is_scipys_percentile_interval_of_sklearns_kappa():
     rng = np.random.default_rng(4)
     a = rng.random(120) < 0.5

@@ -136,6 +136,7 @@ def one_export(root: Path) -> Path:
     return dirs[0].parent
 
 
+@pytest.mark.slow
 def test_tool_sft_on_two_processes_trains_disjoint_shards_and_exports_the_one_process_adapter(tiny_model_dir,
                                                                                             tmp_path):
     from transformers import AutoTokenizer
@@ -187,6 +188,7 @@ def test_tool_sft_on_two_processes_trains_disjoint_shards_and_exports_the_one_pr
     assert card.count("# toolwise tool_sft adapter") == 1
 
 
+@pytest.mark.slow
 def test_pte_grpo_on_two_processes_rolls_out_per_rank_with_group_wide_normaliser_and_otc(tiny_model_dir, tmp_path):
     done = launch(tmp_path, "recipe=pte_grpo", "model=hf", f"model.name={tiny_model_dir}", "model.device=cpu",
                   "logger=none", "recipe.output_dir=checkpoints/pte_grpo/x", "hydra.run.dir=outputs/run",

@@ -49,6 +49,7 @@ def test_masks_cover_assistant_turns_only(tiny_model_dir, tmp_path):
     assert data.stats["train_kind_mode"]["direct:default"] == len(default_direct)
 
 
+@pytest.mark.slow
 def test_a_few_steps_train_the_models_own_adapter_and_write_a_model_card(tiny_model_dir, tmp_path):
     from trainers.policy.sft import fit
 
@@ -72,6 +73,7 @@ def test_a_few_steps_train_the_models_own_adapter_and_write_a_model_card(tiny_mo
                                                "metrics.json", "train_config.yaml"}
 
 
+@pytest.mark.slow
 def test_it_trains_on_the_train_tasks_of_the_tasks_group(tiny_model_dir, tmp_path):
     """``python -m trainers.fit recipe=tool_sft tasks=when2tool tasks.path=<dir> recipe.train.max_steps=1``: the
     tasks group is honoured (it was composed, then ignored for recipe.data's built-in tasks), test tasks never used."""
@@ -86,6 +88,7 @@ def test_it_trains_on_the_train_tasks_of_the_tasks_group(tiny_model_dir, tmp_pat
     assert metrics["train_steps"] == 1 and set(metrics["data"]["train_env"]) == {"CalculatorEnv"}
 
 
+@pytest.mark.slow
 def test_loading_the_adapter_gives_a_different_policy(tiny_model_dir, tmp_path):
     from data_builders.backends.loading import load_backend
     from trainers.policy.sft import fit

@@ -10,12 +10,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.trainers.test_controller_fit import synthetic_dataset
 from trainers import sweep
 
 REPO = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_multirun_jobs_return_their_validation_auroc_and_are_ranked(tmp_path):
     data = synthetic_dataset(tmp_path / "points", "flip", n=200)
     sweep_dir = tmp_path / "multirun"

@@ -40,6 +40,7 @@ def _perturbed_adapter(tiny_model_dir, out):
     return out
 
 
+@pytest.mark.slow
 def test_adapter_is_merged_into_a_cached_copy_with_the_same_function(tiny_model_dir, tmp_path, monkeypatch):
     monkeypatch.setenv("TOOLWISE_CACHE", str(tmp_path / "cache"))
     adapter = str(_perturbed_adapter(tiny_model_dir, tmp_path / "adapter"))

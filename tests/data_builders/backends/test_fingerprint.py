@@ -38,6 +38,7 @@ def _perturb_lora_b(adapter: Path) -> None:
     save_file(weights, f, metadata={"format": "pt"})
 
 
+@pytest.mark.slow
 def test_the_same_adapter_by_any_path_is_one_policy(tiny_model_dir, adapter, tmp_path, monkeypatch):
     monkeypatch.chdir(adapter.parent)
     by_relative = _load(tiny_model_dir, "run").fingerprint

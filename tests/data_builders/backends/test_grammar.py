@@ -81,6 +81,7 @@ def test_missing_xgrammar_names_the_pip_command(monkeypatch):
         import_xgrammar()
 
 
+@pytest.mark.slow
 @needs_xgrammar
 def test_constrained_generations_are_valid_calls_unconstrained_are_not(tiny_backend):
     tools = [CONVERT, FLAG]

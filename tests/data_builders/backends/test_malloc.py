@@ -60,6 +60,7 @@ print(json.dumps({"device": backend.model.device.type, "applied": malloc.applied
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("value, applied", [(None, False), ("0", False), ("1", GLIBC)])
 def test_in_a_fresh_process(tiny_model_dir, value, applied):
     """What the process's malloc ends up with after a CPU backend is built: untouched unless opted in."""
@@ -89,6 +90,7 @@ print(json.dumps(seen))
 """
 
 
+@pytest.mark.slow
 def test_the_command_line_entry_points_opt_in():
     """Each entry point's ``main`` sets ``TOOLWISE_MALLOC_TUNING=1`` before Hydra runs the job (so a CPU backend it
     builds tunes malloc, as test_in_a_fresh_process shows), and leaves an explicit 0 alone."""

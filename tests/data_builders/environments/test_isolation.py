@@ -44,6 +44,7 @@ def test_require_isolation_refuses_without_user_namespaces_and_says_how_to_enabl
     assert "max_user_namespaces" in refused and "sysctl -w user.max_user_namespaces=" in refused, refused
 
 
+@pytest.mark.slow
 def test_the_cli_refuses_before_loading_the_policy(tmp_path):
     # Hydra's run directory in tmp_path: a user may not write to the checkout (and the test leaves nothing there)
     done = _without_user_namespaces(sys.executable, "-m", "data_builders.build", "sandbox.require_isolation=true",

@@ -430,6 +430,7 @@ ATTACKS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ATTACKS, ids=[c.id for c in ATTACKS])
 def test_attack(case, canary, stray, affinity, isolation_on):
     _run_attack(case, canary, stray, affinity, isolation_on)
@@ -605,6 +606,7 @@ def test_non_string_code_is_a_programming_error():
 
 # ------------------------------------------------------------- preloaded libraries (as the original imports them)
 
+@pytest.mark.slow
 def test_preloaded_library_import_does_not_count_against_the_limits(isolation_on):
     # numpy is imported before the hook; its import time is outside the code's CPU and wall-clock limits,
     # which still end a busy loop as a time-out (not as an OOM kill or a sandbox error).

@@ -274,6 +274,7 @@ def _hidden_ancestors(paths: list[str]) -> dict[str, set[str]]:
     return hidden
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(bool(os.environ.get(CHILD_ENV)), reason="this is the non-root pass")
 def test_the_native_attacks_hold_for_a_non_root_user():
     if os.geteuid() != 0:

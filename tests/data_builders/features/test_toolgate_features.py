@@ -26,6 +26,7 @@ def onnx_cache(tmp_path_factory):
     mp.undo()
 
 
+@pytest.mark.slow
 def test_onnx_and_torch_give_the_same_embeddings(onnx_cache):
     pytest.importorskip("onnxruntime")
     pytest.importorskip("onnxscript")

@@ -64,6 +64,7 @@ def test_oracle_exact_on_when2tool_files(name):
     assert solved, "no solver for any environment in the file"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("split", ["train", "test"])
 def test_oracle_exact_on_builtin_tasks(split):
     single = load_tasks("builtin", split=split, n_per_cell=10)

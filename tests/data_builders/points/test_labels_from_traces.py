@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 from omegaconf import OmegaConf
 
 from data_builders.agent.loop import Agent
@@ -59,6 +60,7 @@ SCRIPTS = {"2.5 km": [call(2.5, "km", "m"), "done"], "1.5 m": [call(1.5, "m", "c
            "300 m": [call(300, "m", "km"), "done"]}
 
 
+@pytest.mark.slow
 def test_a_trace_reproduces_the_live_flip_labels_bitwise(tmp_path):
     live_tasks = tasks_with(tmp_path, LIVE, "live")
     rows_live, tensors_live = label_flip(ReadingBackend(SCRIPTS), live_tasks, ["train"] * 3, CFG)
@@ -77,6 +79,7 @@ def test_a_trace_reproduces_the_live_flip_labels_bitwise(tmp_path):
         assert np.array_equal(tensors_live[key].numpy(), tensors_replay[key].numpy()), key
 
 
+@pytest.mark.slow
 def test_a_call_the_trace_lacks_is_a_counted_miss(tmp_path):
     live_tasks = tasks_with(tmp_path, LIVE, "live")
     trajectories = Agent(ReadingBackend(SCRIPTS), agent_config(CFG, "default", 3)).run(live_tasks[:1])

@@ -310,6 +310,7 @@ def racer(root: str, backend: str, trials: int, barrier, results) -> None:
             results.put((t, backend, "crash", traceback.format_exc()))
 
 
+@pytest.mark.slow
 def test_two_writers_racing_one_wins_the_other_is_refused(tmp_path):
     """200 trials, two long-lived processes released together by a barrier for each trial (starting 400
     processes would take minutes of imports on two cores; the contention per trial is the same)."""

@@ -501,6 +501,7 @@ def outcome(fn, *args):
         return f"raised {type(exc).__name__}"
 
 
+@pytest.mark.slow
 def test_the_ast_checker_port_agrees_with_the_original(original):
     """On every possible answer of simple_python and multiple: the ground truth passes both, and on each case the
     port's result (verdict, error type and message) equals the original's. Then the same cases as an

@@ -42,6 +42,7 @@ def call(name: str, arguments: dict) -> str:
     return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
 
 
+@pytest.mark.slow
 def test_a_custom_file_loads_both_splits_with_its_scorers_and_sources(tmp_path):
     path = write(tmp_path, RECORDS)
     test = load_tasks("custom", split="test", path=str(path), sources=SOURCES)
@@ -57,6 +58,7 @@ def test_a_custom_file_loads_both_splits_with_its_scorers_and_sources(tmp_path):
     assert task_key(other[0]) != task_key(km)
 
 
+@pytest.mark.slow
 def test_the_agent_runs_on_the_teams_own_tools_and_a_crashing_tool_is_a_recorded_failure(tmp_path):
     tasks = load_tasks("custom", split="test", path=str(write(tmp_path, RECORDS)), sources=SOURCES)
     scripts = {
@@ -80,6 +82,7 @@ def test_the_agent_runs_on_the_teams_own_tools_and_a_crashing_tool_is_a_recorded
     assert ["convert_units", "crash", "fail", "flood", "hang", "lookup", "whoami", "worker_pid"] in shown
 
 
+@pytest.mark.slow
 def test_two_sources_offering_one_tool_name_are_refused_by_name(tmp_path):
     from data_builders.environments import make_environment
 
@@ -112,6 +115,7 @@ def test_bad_records_name_the_file_line_and_field(tmp_path, record, field, probl
     assert err.value.field_name == field and problem in err.value.problem, str(err.value)
 
 
+@pytest.mark.slow
 def test_records_without_a_split_are_split_by_id_reproducibly(tmp_path):
     records = [{"id": i, "instruction": f"q{i}", "tools": ["fns"], "answer": str(i)} for i in range(200)]
     path = write(tmp_path, records)

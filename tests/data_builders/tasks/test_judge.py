@@ -96,6 +96,7 @@ def test_no_cache_dir_asks_every_time(server, tmp_path):
 
 # ---------------------------------------------------------------- failures
 
+@pytest.mark.slow
 def test_a_500_is_retried_then_succeeds(server, tmp_path):
     server.script = [500, 503]
     verdict = make_judge(server, tmp_path, max_retries=3).judge("q", "Paris", "Paris")

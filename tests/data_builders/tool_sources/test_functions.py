@@ -29,6 +29,7 @@ def source():
         yield src
 
 
+@pytest.mark.slow
 def test_schemas_are_get_json_schemas_own(source):
     assert PUBLIC == ["convert_units", "crash", "describe", "fail", "flood", "hang", "worker_pid"]
     by_name = {t["function"]["name"]: t for t in source.tools()}
@@ -38,6 +39,7 @@ def test_schemas_are_get_json_schemas_own(source):
     assert by_name["convert_units"]["type"] == "function"
 
 
+@pytest.mark.slow
 def test_named_functions(tmp_path):
     spec = {"kind": "functions", "functions": [f"{MODULE}:convert_units", f"{MODULE}:describe"]}
     with source_from_spec(spec, limits=LIMITS) as src:
@@ -77,6 +79,7 @@ def test_a_flood_is_cut(source):
     assert r.content == "y" * 500 + "\n[output truncated: 500 of 10000 characters shown]"
 
 
+@pytest.mark.slow
 def test_a_hang_times_out_and_the_worker_is_replaced(source):
     pid = source.call("worker_pid", {}).content
     started = source.workers_started
@@ -96,6 +99,7 @@ def test_a_crash_is_reported_and_the_worker_is_replaced(source):
     assert r.ok and r.content != pid
 
 
+@pytest.mark.slow
 def test_a_folder_of_the_teams_own_functions(tmp_path):
     (tmp_path / "team").mkdir()
     (tmp_path / "team" / "team_tools.py").write_text(textwrap.dedent('''
@@ -133,6 +137,7 @@ def test_a_function_get_json_schema_refuses_is_a_spec_error(tmp_path):
         source_from_spec(spec, base_dir=tmp_path)
 
 
+@pytest.mark.slow
 def test_a_module_that_never_finishes_importing_is_a_startup_timeout(tmp_path):
     (tmp_path / "slow_tools.py").write_text("import time\ntime.sleep(60)\n")
     spec = {"kind": "functions", "module": "slow_tools", "path": ".", "startup_timeout_s": 1}
@@ -142,6 +147,7 @@ def test_a_module_that_never_finishes_importing_is_a_startup_timeout(tmp_path):
     assert time.monotonic() - started < 1 + SLACK_S
 
 
+@pytest.mark.slow
 def test_close_stops_the_worker():
     src = FunctionSource(functions=[f"{MODULE}:worker_pid"], limits=LIMITS)
     proc = src._proc

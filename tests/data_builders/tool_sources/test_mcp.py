@@ -124,6 +124,7 @@ def test_unknown_tools_and_bad_arguments_never_reach_the_server(source):
     assert (r.ok, r.error_kind) == (False, "bad_arguments")
 
 
+@pytest.mark.slow
 def test_a_hung_call_times_out_and_the_next_call_works(source):
     before = source.connects
     r = source.call("hang", {"seconds": 60})
@@ -143,6 +144,7 @@ def test_a_crashed_stdio_server_is_restarted_for_the_next_call(stdio_source):
     assert stdio_source.call("convert_units", {"value": 1, "from_unit": "mi", "to_unit": "m"}).content == "1609.344"
 
 
+@pytest.mark.slow
 def test_a_crashed_http_server_fails_calls_until_it_is_back():
     port = free_port()
     proc = start_http_server(port)
@@ -170,6 +172,7 @@ def test_a_server_that_cannot_start_is_a_failed_call_and_a_loud_tools(tmp_path):
             src.tools()
 
 
+@pytest.mark.slow
 def test_a_server_that_never_answers_the_handshake_is_a_connect_timeout():
     silent = ["python", "-c", "import time; time.sleep(60)"]
     with MCPSource(command=silent, limits=LIMITS, connect_timeout_s=1) as src:

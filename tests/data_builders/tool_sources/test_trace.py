@@ -43,6 +43,7 @@ def test_replay_gives_the_recorded_results_whatever_the_key_order(tmp_path):
     assert src.hits == {"convert_units": 1, "lookup": 1}
 
 
+@pytest.mark.slow
 def test_a_recorded_live_run_replays_the_same_results(tmp_path):
     """Record what a live source answered as a chat conversation, then replay it."""
     from data_builders.tool_sources import FunctionSource
