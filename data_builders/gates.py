@@ -1,14 +1,7 @@
 """The gate registry: the one table that says which names belong to one gate.
 
-Each gate is known by several names, one per registry that owns a part of it:
-
-=============  ======  =====================  =====================  ==================  ======================
-gate           kind    featurizer             controller             agent-loop hook     actions (p ≥ τ, p < τ)
-=============  ======  =====================  =====================  ==================  ======================
-probe_prefill  probe   ``last_token_hidden``  ``linear_probe``       ``pre_generation``  use, skip
-toolgate       flip    ``toolgate_minilm``    ``toolgate_logistic``  ``pre_call``        execute, skip
-g_step         commit  ``gstep``              ``gstep_mlp``          ``on_answer``       continue, commit
-=============  ======  =====================  =====================  ==================  ======================
+Each gate is known by several names, one per registry that owns a part of it (the entries of :data:`GATES` below:
+the table is the code, so no copy of it here can drift):
 
 * the **gate** name is the controller recipe (``python -m trainers.fit recipe=<gate>``, its checkpoints under
   ``checkpoints/<gate>/``) and the gate of the runtime API and the endpoint (``Gates.load(<gate>=...)``,
@@ -19,7 +12,8 @@ g_step         commit  ``gstep``              ``gstep_mlp``          ``on_answer
 * the **controller** is the class the recipe fits, by its name in ``controllers.REGISTRY``;
 * the **hook** is the :class:`~data_builders.agent.hooks.Hooks` method the gate's run-time hook answers
   (``runtime.controller_hooks``), and **actions** are what that hook decides when the controller's probability is
-  at or above τ, and below it.
+  at or above τ, and below it;
+* **on_error** is what a server applies when the gate itself fails, for each of :data:`ON_ERROR_MODES`.
 
 Entries are names, resolved through those registries (this module imports none of the heavy ones: ``controllers``
 is not imported by ``data_builders`` at all, and the labelers load the agent loop only when asked for), so every

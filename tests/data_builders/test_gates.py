@@ -40,17 +40,6 @@ def test_each_gate_resolves_through_the_registries(name):
         assert set(typing.get_args(returns)) == set(gate.actions)
 
 
-def test_the_docstring_table_is_the_registry():
-    doc = data_builders.gates.__doc__
-    rule = next(line for line in doc.splitlines() if line.startswith("====="))
-    block = doc.split(rule)[2]                      # between the header's rule and the closing one
-    rows = {}
-    for line in block.strip().splitlines():
-        name, kind, featurizer, controller, hook, *actions = line.replace(",", " ").split()
-        rows[name] = (kind, featurizer.strip("`"), controller.strip("`"), hook.strip("`"), tuple(actions))
-    assert rows == {g.name: (g.kind, g.featurizer.name, g.controller, g.hook, g.actions) for g in GATES.values()}
-
-
 def test_an_unknown_gate_is_refused_with_the_known_ones():
     with pytest.raises(ValueError, match=r"unknown gate 'probe'; gates: \['g_step', 'probe_prefill', 'toolgate'\]"):
         gate_named("probe")

@@ -1,9 +1,7 @@
-"""The run-time side of the gate registry (data_builders/gates.py): the runtime API, the agent-loop hooks and the
-endpoint's on_error rule cover exactly its gates, and decide with its actions."""
+"""The run-time side of the gate registry (data_builders/gates.py): the runtime API and the agent-loop hooks cover
+exactly its gates and decide with its actions (the endpoint's on_error rule: tests/runtime/test_serve.py)."""
 from __future__ import annotations
 
-import dataclasses
-import inspect
 import time
 from types import SimpleNamespace
 
@@ -17,9 +15,19 @@ from runtime.controller_hooks import HARD_PREFILL, SOFT_PREFILL, GStep, ProbePre
 HOOKS = {g.hook for g in GATES.values()}
 
 
-def test_the_runtime_api_loads_every_gate_by_its_name():
-    assert set(GATES) <= {f.name for f in dataclasses.fields(Gates)}
-    assert set(GATES) <= set(inspect.signature(Gates.load).parameters)
+@pytest.mark.parametrize("name", sorted(GATES))
+def test_the_runtime_api_loads_every_gate_by_its_name(name, tmp_path):
+    """``Gates.load(<gate>=dir)`` loads that gate's exported controller into that gate's slot, and only there."""
+    from controllers import REGISTRY, make_contract
+    from data_builders.features.gstep import N_FEATURES
+    from data_builders.features.toolgate import EMBEDDING_DIM, structural_names
+
+    cls = REGISTRY[GATES[name].controller]
+    shape = {"probe_prefill": [2, 4], "toolgate": [EMBEDDING_DIM + len(structural_names())],
+             "g_step": [N_FEATURES]}[name]
+    cls(contract=make_contract(GATES[name].featurizer.id, "m@1", shape)).save_pretrained(tmp_path / name)
+    gates = Gates.load(**{name: str(tmp_path / name)})
+    assert {g: type(getattr(gates, g)).__name__ for g in GATES if getattr(gates, g) is not None} == {name: cls.__name__}
 
 
 @pytest.mark.parametrize("cls, name", [(ProbePrefill, "probe_prefill"), (ToolGate, "toolgate"), (GStep, "g_step")])

@@ -88,10 +88,13 @@ def test_max_acc_loss_picks_the_largest_threshold_within_budget(value):
         assert missed_share(probs, labels, higher.min()) > value
 
 
-def test_unknown_method_raises():
+def test_every_listed_method_chooses_a_threshold_and_no_other_name_does():
+    probs, labels = np.array([0.1, 0.3, 0.6, 0.9]), np.array([0, 1, 0, 1])
+    for method in TAU_METHODS:          # what the recipes' tau_method may name: each one runs
+        tau = choose_tau(probs, labels, method, 0.5)
+        assert 0.0 <= tau <= 1.0, method
     with pytest.raises(ValueError, match="unknown tau method 'median'"):
-        choose_tau(np.array([0.2, 0.8]), np.array([0, 1]), "median", 0.5)
-    assert TAU_METHODS == ("fixed", "target_call_rate", "max_acc_loss")
+        choose_tau(probs, labels, "median", 0.5)
 
 
 def test_tau_stays_a_probability_a_controller_accepts():

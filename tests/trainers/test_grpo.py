@@ -220,9 +220,10 @@ def test_grpo_smoke_run_trains_the_start_adapter_and_varies_rewards_within_group
 
 
 def test_the_recipe_is_registered_and_composes_with_otc():
-    from trainers.fit import RECIPES
+    from trainers.fit import resolve
+    from trainers.policy import grpo
 
-    assert RECIPES["pte_grpo"] == "trainers.policy.grpo:fit"
+    assert resolve("pte_grpo") is grpo.fit          # what python -m trainers.fit recipe=pte_grpo runs
     cfg = compose("fit", ["recipe=pte_grpo", "recipe.reward.kind=otc", "recipe.reward.lam=0"])
     funcs, weights = reward_setup(cfg.recipe.reward.kind, cfg.recipe.reward.lam)
     assert [f.__name__ for f in funcs] == ["otc", "pte_cost"] and weights == [1.0, 0.0]
