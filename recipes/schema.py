@@ -47,6 +47,7 @@ from data_builders.metrics.hardware import HardwareProfile
 from data_builders.metrics.pte import PARAM_CONVENTIONS, PTEConfig
 from data_builders.protocol import PREFILL_STYLES
 from data_builders.tasks import SOURCE_ENVS, bfcl
+from data_builders.tasks.builtin import N_PER_CELL
 from data_builders.tasks.builtin import TIERS
 from data_builders.tasks.distractors import DISTRACTOR_KINDS
 from data_builders.tasks.schema import DIFFICULTIES, SPLITS
@@ -200,7 +201,7 @@ class OpenAIBackendConfig:
 class BuiltinTasksConfig:
     """``tasks=builtin``: deterministic generators (no external files) for all 15 When2Tool environments."""
     source: str = param("builtin", "the task source", choices=("builtin",))
-    n_per_cell: int = param(20, "tasks per environment x difficulty x split", ge=1)
+    n_per_cell: int = param(N_PER_CELL, "tasks per environment x difficulty x split", ge=1)
     seed: int = param(0, "the generators' seed")
     envs: Optional[List[str]] = param(None, "environments to keep, e.g. [CalculatorEnv]; null = all")
     difficulties: Optional[List[str]] = param(None, "e.g. [easy, medium]; null = all")

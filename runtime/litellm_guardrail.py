@@ -80,8 +80,9 @@ class ToolwiseGuardrail(CustomGuardrail):
     (anything with ``tool_call`` / ``answer``, e.g. the tests' ``runtime.serve.testing:ForcedGates``)."""
 
     def __init__(self, toolgate: str | None = None, g_step: str | None = None, policy: str | None = None,
-                 strict: bool = True, on_error: str = "open", max_reasks: int = 2, max_continues: int = 1,
-                 concurrency: int = 1, gates_factory: str | None = None, gates_kwargs: dict | None = None,
+                 strict: bool = True, on_error: str = GatePolicy.on_error, max_reasks: int = GatePolicy.max_reasks,
+                 max_continues: int = GatePolicy.max_continues, concurrency: int = GatePolicy.concurrency,
+                 gates_factory: str | None = None, gates_kwargs: dict | None = None,
                  **kwargs: Any):
         kwargs.setdefault("event_hook", GuardrailEventHooks.post_call)
         super().__init__(supported_event_hooks=[GuardrailEventHooks.post_call], **kwargs)

@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 
 from ..environments import ENVIRONMENTS
 from . import bfcl
-from .builtin import BUILTIN_ENVS, generate_builtin
+from .builtin import BUILTIN_ENVS, N_PER_CELL, generate_builtin
 from .custom import read_custom
 from .generators import MULTIHOP_GENERATORS
 from .gsm8k import load_gsm8k
@@ -111,7 +111,7 @@ def load_tasks(source: str = "builtin", *, split: str = "test", limit: int | Non
         # Every consumer fails later and less clearly on nothing (nan accuracy, a build with no points).
         given = {"split": split, "path": options.get("path"), "hops": options.get("hops"), "envs": envs,
                  "difficulties": difficulties, "per_cell": per_cell,
-                 "n_per_cell": options.get("n_per_cell", 20) if source == "builtin" else None}
+                 "n_per_cell": options.get("n_per_cell", N_PER_CELL) if source == "builtin" else None}
         raise ValueError(f"the {source} task source selected no task with "
                          + ", ".join(f"{k}={list(v) if isinstance(v, (list, tuple)) else v!r}"
                                      for k, v in given.items() if v is not None))
@@ -119,7 +119,7 @@ def load_tasks(source: str = "builtin", *, split: str = "test", limit: int | Non
 
 
 # ---------------------------------------------------------------------------- reading a source
-def _builtin(split: str, *, envs: Sequence[str] | None = None, n_per_cell: int = 20, seed: int = 0,
+def _builtin(split: str, *, envs: Sequence[str] | None = None, n_per_cell: int = N_PER_CELL, seed: int = 0,
              hops: str | None = None, tier: str | None = None, n_per_template: int | None = None,
              train_n_per_cell: int | None = None, train_n_per_template: int | None = None) -> list[Task]:
     """``tier``: standard | trivial | both, the trivial tier being the tasks the default policy answers unaided

@@ -39,7 +39,11 @@ TIERS = ("standard", "trivial", "both")
 _SOURCE = "toolwise builtin generator"
 
 
-def generate_builtin(split: str, *, n_per_cell: int = 20, seed: int = 0,
+#: tasks per (environment, difficulty) of a split when none is asked for (the tasks group's default too)
+N_PER_CELL = 20
+
+
+def generate_builtin(split: str, *, n_per_cell: int = N_PER_CELL, seed: int = 0,
                      envs: Sequence[str] | None = None, hops: str = "single", tier: str = "standard",
                      n_per_template: int = 20, repeat: bool = True) -> list[Task]:
     """Generate ``n_per_cell`` tasks per (environment, difficulty) for ``split``.
@@ -125,7 +129,7 @@ def generate_trivial(split: str, *, n_per_template: int = 20, seed: int = 0,
     return out
 
 
-def generate_multihop(split: str, *, n_per_cell: int = 20, seed: int = 0) -> list[Task]:
+def generate_multihop(split: str, *, n_per_cell: int = N_PER_CELL, seed: int = 0) -> list[Task]:
     """``n_per_cell`` CodeExecutor multi-hop tasks per difficulty (When2Tool env 18 schema)."""
     return generate_builtin(split, n_per_cell=n_per_cell, seed=seed, envs=["CodeExecutorEnv"], hops="multi")
 

@@ -34,6 +34,7 @@ from data_builders.agent import prompts as P
 from data_builders.environments.base import serialize
 from data_builders.gates import GATES, ON_ERROR_MODES
 from data_builders.protocol import TOOL_CALL_OPEN
+from recipes.schema import ServeGates
 
 from .metrics import Metrics
 from .upstream import Upstream
@@ -46,12 +47,14 @@ ON_ERROR = {mode: {g.name: g.on_error[i] for g in GATES.values()} for i, mode in
 
 @dataclass
 class GatePolicy:
-    on_error: str = "open"
-    max_reasks: int = 2
-    max_continues: int = 1
-    logprobs: bool = False          # request token log-probs from the upstream (G-STEP reads them)
-    concurrency: int = 1            # gate decisions computed at once
-    prefill_style: str = "soft"     # the probe's response prefill: soft (a sentence) | hard (a forced prefix)
+    """How the gating layer resolves turns: the serve config's ``gates.*`` options (their defaults and help are
+    written once, in ServeGates; the LiteLLM guardrail, which has no serve config, gets the same defaults here)."""
+    on_error: str = ServeGates.on_error
+    max_reasks: int = ServeGates.max_reasks
+    max_continues: int = ServeGates.max_continues
+    logprobs: bool = False          # request token log-probs from the upstream (the app: when G-STEP is loaded)
+    concurrency: int = ServeGates.concurrency
+    prefill_style: str = ServeGates.prefill_style
 
     def __post_init__(self):
         if self.on_error not in ON_ERROR:
