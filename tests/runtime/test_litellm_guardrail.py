@@ -3,12 +3,14 @@
 without ``.[litellm]``."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -26,24 +28,26 @@ TOOLS = [{"type": "function", "function": {"name": "calculator", "description": 
                                            "parameters": {"type": "object", "properties": {"x": {"type": "integer"}}}}}]
 
 
-def proxy_config(upstream_url: str) -> dict:
+FORCED = {"gates_factory": "runtime.serve.testing:ForcedGates",
+          # forced decisions in the proxy's process: skip the first call, send the first answer back once
+          "gates_kwargs": {"tool_actions": ["skip"], "answer_actions": ["continue"]}}
+
+
+def proxy_config(upstream_url: str, gates: dict) -> dict:
     return {"model_list": [{"model_name": "scripted",
                             "litellm_params": {"model": "openai/scripted", "api_base": f"{upstream_url}/v1",
                                                "api_key": "unused"}}],
             "guardrails": [{"guardrail_name": "toolwise", "litellm_params": {
                 "guardrail": "runtime.litellm_guardrail.ToolwiseGuardrail", "mode": "post_call", "default_on": True,
-                # forced decisions in the proxy's process: skip the first call, send the first answer back once
-                "gates_factory": "runtime.serve.testing:ForcedGates",
-                "gates_kwargs": {"tool_actions": ["skip"], "answer_actions": ["continue"]}}}]}
+                **gates}}]}
 
 
-@pytest.fixture(scope="module")
-def proxy(tmp_path_factory):
-    """(base URL, master key, the scripted upstream, the proxy's log file)."""
-    fake = ScriptedUpstream()
+@contextlib.contextmanager
+def litellm_proxy(root: Path, gates: dict, fake: ScriptedUpstream):
+    """(base URL, master key, the scripted upstream, the proxy's log file) of a real proxy process with the
+    toolwise guardrail configured by ``gates`` (its litellm_params)."""
     with serve_in_thread(fake.app) as upstream_url:
-        root = tmp_path_factory.mktemp("litellm")
-        (root / "config.yaml").write_text(json.dumps(proxy_config(upstream_url)))    # JSON is YAML
+        (root / "config.yaml").write_text(json.dumps(proxy_config(upstream_url, gates)))    # JSON is YAML
         key, port = f"sk-{secrets.token_hex(24)}", free_port()
         env = {**os.environ, "LITELLM_MASTER_KEY": key, "LITELLM_LOCAL_MODEL_COST_MAP": "True",
                "LITELLM_LOG": "INFO", "PYTHONPATH": REPO}
@@ -73,7 +77,12 @@ def proxy(tmp_path_factory):
                 proc.kill()
 
 
-@pytest.mark.slow
+@pytest.fixture(scope="module")
+def proxy(tmp_path_factory):
+    with litellm_proxy(tmp_path_factory.mktemp("litellm"), FORCED, ScriptedUpstream()) as running:
+        yield running
+
+
 def test_the_guardrail_gates_a_tool_episode_through_a_litellm_proxy(proxy):
     url, key, fake, log = proxy
     client = openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0)
@@ -108,3 +117,43 @@ def test_the_guardrail_gates_a_tool_episode_through_a_litellm_proxy(proxy):
     assert out.choices[0].message.content.endswith("\\boxed{42}")
     assert [d["applied"] for d in out.model_extra["toolwise"]["decisions"]] == ["commit"]
     assert len(fake.requests) == 4
+
+
+@pytest.mark.slow
+def test_the_guardrail_gates_a_teams_own_mcp_tools_with_gates_fit_on_them(tmp_path):
+    """A team's own tools through the proxy: the worked example's MCP server lists its tools, the client sends
+    them, the upstream proposes calls to them, and the guardrail loaded with the ToolGate and G-STEP fit on that
+    server's points (its ``toolgate`` / ``g_step`` litellm_params) decides each call as the runtime API does on the
+    same messages."""
+    from data_builders.tool_sources import source_from_spec
+    from runtime.api import Gates
+
+    source = source_from_spec({"kind": "mcp", "command": [sys.executable, "server.py"]},
+                              base_dir=os.path.join(REPO, "examples", "unit_tools"))
+    try:
+        tools = source.tools()
+    finally:
+        source.close()
+    calls = {"How many centimetres are in 8 metres?": ("convert_units", {"value": 8, "from_unit": "m", "to_unit": "cm"}),
+             "Find the passage about the boiling point of water.": ("search", {"query": "boiling point"})}
+
+    def reply(body):
+        if body["messages"][-1]["role"] == "tool" or not body.get("tools"):
+            return {"role": "assistant", "content": "\\boxed{800}"}
+        name, args = calls[body["messages"][0]["content"]]
+        return {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}]}
+
+    paths = {g: os.path.join(REPO, "checkpoints", g, "unit_tools") for g in ("toolgate", "g_step")}
+    direct = Gates.load(**paths)
+    with litellm_proxy(tmp_path, {**paths, "max_reasks": 0, "max_continues": 0},
+                       ScriptedUpstream(reply=reply)) as (url, key, fake, log):
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0)
+        for question, (name, args) in calls.items():
+            messages = [{"role": "user", "content": question}]
+            out = client.chat.completions.create(model="scripted", messages=messages, tools=tools)
+            d = out.model_extra["toolwise"]["decisions"][0]
+            want = direct.tool_call(messages, tools, {"type": "function", "function": {
+                "name": name, "arguments": json.dumps(args)}})
+            assert (d["gate"], d["action"]) == ("toolgate", want.action)
+            assert d["probability"] == pytest.approx(want.probability, abs=1e-6)
