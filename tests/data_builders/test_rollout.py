@@ -15,7 +15,7 @@ from recipes import CONFIG_DIR
 from recipes import compose as compose_config
 from data_builders.agent.trajectory import read_trajectories
 from tests.conftest import REPO
-from tests.data_builders.agent.test_loop import CALL, ScriptedBackend, calc_task
+from tests.doubles import CALL, ScriptedBackend, calc_task
 
 
 def test_rollout_config_composes_with_overrides():

@@ -18,7 +18,7 @@ from data_builders.features.gstep import N_FEATURES
 from data_builders.features.toolgate import EMBEDDING_DIM, structural_names
 from recipes import compose
 from runtime.controller_hooks import SOFT_PREFILL, ProbePrefill
-from tests.data_builders.agent.test_loop import CALL, ScriptedBackend, calc_task
+from tests.doubles import CALL, ScriptedBackend, calc_task
 from trainers.evaluate.run import curve_area, deltas, run
 
 N_LAYERS, D = 3, 4

@@ -13,7 +13,7 @@ from data_builders.agent import prompts as P
 from data_builders.agent.loop import AgentConfig
 from data_builders.tasks.gsm8k import ANSWER_FORMAT, load_gsm8k
 from recipes import compose
-from tests.data_builders.agent.test_loop import CALL, ScriptedBackend
+from tests.doubles import CALL, ScriptedBackend
 from data_builders.metrics.pte import PTEConfig
 from tests.data_builders.tasks.test_gsm8k import BETTY, NATALIA, SIMPLE
 from tests.trajectories import make_trajectory, make_turn
@@ -88,7 +88,7 @@ def test_oracle_views_keep_the_id_and_change_only_the_instruction(tmp_path):
     assert F.apply_view(None, [natalia]) == [natalia]
     with pytest.raises(ValueError, match="unknown task view"):
         F.apply_view("nope", [natalia])
-    from tests.data_builders.agent.test_loop import calc_task
+    from tests.doubles import calc_task
 
     with pytest.raises(ValueError, match="expected\\['calculations'\\]"):
         F.oracle_calc_view(calc_task(1, "1+1", "2"))

@@ -6,81 +6,13 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 
 from data_builders.agent import prompts as P
 from data_builders.agent.hooks import Hooks
 from data_builders.agent.loop import CONTEXT_EXCEEDED, Agent, AgentConfig
 from data_builders.agent.trajectory import Decision
-from data_builders.backends.base import Backend, Generation, PrefillState
 from data_builders.tasks.schema import Task
-
-
-def calc_task(tid, expr, answer, difficulty="easy"):
-    return Task.from_dict({
-        "id": tid, "instruction": f"Answer with only the number: {expr}", "difficulty": difficulty,
-        "environments": [{"name": "CalculatorEnv", "tools": ["evaluate_expression", "get_last_result",
-                                                              "clear_last_result"], "parameters": {}}],
-        "expected": {"answer": answer}, "tags": ["calculator", "single_round"]}, split="test")
-
-
-class ScriptedBackend(Backend):
-    """Replies from a per-task script (keyed by a marker found in the prompt), one entry per round."""
-
-    model_id = "scripted"
-    n_layers = 2
-
-    def __init__(self, scripts: dict[str, list[str]]):
-        self.scripts = scripts
-        self.calls: list[list[str]] = []
-        self.prefill_calls = 0
-        self.last_prefill_state: PrefillState | None = None
-
-    @property
-    def fingerprint(self):
-        return "scripted@0"
-
-    def render(self, messages, tools=None):
-        return json.dumps({"messages": messages, "tools": [t["function"]["name"] for t in tools or []]})
-
-    def count_tokens(self, text):
-        return len(text.split())
-
-    def _reply(self, prompt):
-        for key, script in self.scripts.items():
-            if key in prompt:
-                n_assistant = prompt.count('"role": "assistant"')
-                return script[min(n_assistant, len(script) - 1)]
-        raise AssertionError(f"no script for prompt {prompt[:200]}")
-
-    def generate(self, prompts, params=None, *, prefill_state=None, return_logprobs=False, cache_keys=None):
-        self.calls.append(list(prompts))
-        if prefill_state is not None:
-            assert prefill_state is self.last_prefill_state
-            for p, q in zip(prompts, prefill_state.prompts):
-                assert p.startswith(q)
-        out = []
-        for p in prompts:
-            base = p if prefill_state is None else prefill_state.prompts[prompts.index(p)]
-            text = self._reply(base)
-            out.append(Generation(text=text, token_ids=list(range(len(text.split()))), prompt_tokens=len(p.split()),
-                                  finish_reason="eos", logprobs=[-0.5] * len(text.split()) if return_logprobs else None))
-        return out
-
-    def prefill(self, prompts, layers=None):
-        self.prefill_calls += 1
-        layers = list(layers)
-        self.last_prefill_state = PrefillState(list(prompts), layers, torch.ones(len(prompts), len(layers), 4))
-        return self.last_prefill_state
-
-
-CALL = '<tool_call>\n{"name": "evaluate_expression", "arguments": {"expression": "%s"}}\n</tool_call>'
-
-
-def run(scripts, tasks, hooks=None, **cfg):
-    backend = ScriptedBackend(scripts)
-    agent = Agent(backend, AgentConfig(**cfg), hooks)
-    return agent.run(tasks), backend
+from tests.doubles import CALL, ScriptedBackend, SkipHooks, calc_task, run
 
 
 def test_call_then_answer_is_scored_and_counted():
@@ -244,11 +176,6 @@ def test_pre_generation_reads_hidden_states_once_and_prefills():
     assert t1.turns[0].prefill_text == "\\boxed{" and t1.final_response == "\\boxed{8}" and t1.correct
     assert t2.turns[0].prefill_text == "" and t2.correct
     assert t1.decisions[0] == Decision(hook="pre_generation", round=0, decision="\\boxed{")
-
-
-class SkipHooks(Hooks):
-    def pre_call(self, episode, call):
-        return "skip"
 
 
 def test_pre_call_skip_returns_noop_message_and_does_not_execute():

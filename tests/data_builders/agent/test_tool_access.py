@@ -8,7 +8,7 @@ import pytest
 
 from data_builders.agent import prompts as P
 from data_builders.agent.loop import Agent, AgentConfig
-from tests.data_builders.agent.test_loop import CALL, SkipHooks, calc_task, run
+from tests.doubles import CALL, SkipHooks, calc_task, run
 
 CALC_TOOLS = ["clear_last_result", "evaluate_expression", "get_last_result"]
 

@@ -13,7 +13,7 @@ import pytest
 from data_builders.agent.trajectory import (SCHEMA_VERSION, Call, Decision, Trajectory, TrajectoryError, Turn,
                                             read_trajectories, summarize, write_jsonl,
                                             write_trajectories)
-from tests.data_builders.agent.test_loop import CALL, calc_task, run
+from tests.doubles import CALL, calc_task, run
 from tests.trajectories import make_call, make_trajectory, make_turn
 
 # Written by the agent loop of commit 18a981f (untyped dicts, before this schema) on test_loop's scripted

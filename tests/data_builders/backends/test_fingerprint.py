@@ -18,12 +18,12 @@ from data_builders.backends import loading
 from data_builders.features import FEATURIZERS
 from data_builders.features.toolgate import EMBEDDING_DIM, structural_names
 from runtime.controller_hooks import checked
-from tests.data_builders.backends.test_loading import _tiny_adapter
+from tests.doubles import tiny_adapter
 
 
 @pytest.fixture(scope="module")
 def adapter(tiny_model_dir, tmp_path_factory) -> Path:
-    return _tiny_adapter(tiny_model_dir, tmp_path_factory.mktemp("adapters") / "run")
+    return tiny_adapter(tiny_model_dir, tmp_path_factory.mktemp("adapters") / "run")
 
 
 def _load(tiny_model_dir, adapter):

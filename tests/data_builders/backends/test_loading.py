@@ -12,6 +12,7 @@ import pytest
 from huggingface_hub import constants
 
 from data_builders.backends import loading
+from tests.doubles import tiny_adapter
 
 
 @pytest.fixture
@@ -71,16 +72,6 @@ def test_adapter_paths(offline, tmp_path):
         loading.backend_from_config({"name": "./no-model", "adapter": "ck/nope"})
 
 
-def _tiny_adapter(tiny_model_dir, out: Path) -> Path:
-    """A LoRA adapter of the tiny Llama, saved as peft saves one (adapter_config.json + adapter_model.safetensors)."""
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM
-
-    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
-    get_peft_model(base, LoraConfig(r=2, target_modules=["q_proj", "v_proj"])).save_pretrained(out)
-    return out
-
-
 def _truncate(f: Path) -> None:
     data = f.read_bytes()
     f.write_bytes(data[:len(data) // 2])
@@ -94,7 +85,7 @@ def _forbid_model_loads(monkeypatch):
 
 
 def test_a_truncated_adapter_names_its_file_before_the_base_model_loads(tiny_model_dir, tmp_path, monkeypatch):
-    adapter = _tiny_adapter(tiny_model_dir, tmp_path / "adapter")
+    adapter = tiny_adapter(tiny_model_dir, tmp_path / "adapter")
     assert loading.load_backend(str(tiny_model_dir), adapter=str(adapter), device="cpu").model is not None  # intact
     weights = adapter / "adapter_model.safetensors"
     _truncate(weights)
@@ -110,7 +101,7 @@ def test_a_truncated_adapter_names_its_file_before_the_base_model_loads(tiny_mod
 
 
 def test_a_corrupt_adapter_config_names_its_file(tiny_model_dir, tmp_path, monkeypatch):
-    adapter = _tiny_adapter(tiny_model_dir, tmp_path / "adapter")
+    adapter = tiny_adapter(tiny_model_dir, tmp_path / "adapter")
     config = adapter / "adapter_config.json"
     _truncate(config)
     _forbid_model_loads(monkeypatch)

@@ -194,7 +194,7 @@ def test_pte_by_hand_full_eviction_and_cache_reuse():
 
 def test_pte_of_a_real_agent_loop_trajectory():
     """The field names are the ones the agent loop writes: run it on a scripted backend and recompute."""
-    from tests.data_builders.agent.test_loop import CALL, calc_task, run
+    from tests.doubles import CALL, calc_task, run
 
     (t,), backend = run({"20+20": [CALL % "20+20", "\\boxed{40}"]}, [calc_task(1, "20+20", "40")], mode="force")
     prompts = [len(p.split()) for (p,) in backend.calls]                 # the scripted backend's token count

@@ -10,7 +10,7 @@ from data_builders.agent import prompts as P
 from data_builders.agent.loop import Agent, AgentConfig
 from data_builders.oracle.sft import SplitLeakError, build_examples, write_parquet
 from data_builders.tasks import load_tasks
-from tests.data_builders.agent.test_loop import ScriptedBackend
+from tests.doubles import ScriptedBackend
 
 
 @pytest.fixture(scope="module")

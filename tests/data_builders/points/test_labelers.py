@@ -8,7 +8,7 @@ from data_builders.features.gstep import GSTEP_FEATURES
 from data_builders.features.probe import probe_features
 from data_builders.features.toolgate import EMBEDDING_DIM, structural_names
 from data_builders.points.labelers import FORCED_ANSWER_PREFILL, label_commit, label_flip, label_probe
-from tests.data_builders.agent.test_loop import CALL, ScriptedBackend, calc_task
+from tests.doubles import CALL, ScriptedBackend, calc_task
 
 CFG = OmegaConf.create({"max_rounds": 4, "max_new_tokens": 32, "feature_mode": "default", "layers": None,
                         "forced_answer_tokens": 8, "verify_rounds": 2, "call_format": "xml"})

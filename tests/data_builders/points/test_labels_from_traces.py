@@ -20,7 +20,7 @@ from data_builders.environments import make_environment
 from data_builders.points.labelers import agent_config, label_flip
 from data_builders.tasks import load_tasks
 from data_builders.tool_sources.trace import record_trace
-from tests.data_builders.agent.test_loop import ScriptedBackend
+from tests.doubles import ScriptedBackend
 
 FIXTURES = Path(__file__).resolve().parents[1] / "tool_sources"
 LIVE = {"kind": "functions", "functions": ["functions_fixture:convert_units"], "path": str(FIXTURES)}

@@ -8,7 +8,7 @@ from omegaconf import OmegaConf
 from data_builders.points.labelers import label_probe
 from data_builders.tasks.builtin import generate_trivial
 from data_builders.tasks.generators import trivial
-from tests.data_builders.agent.test_loop import ScriptedBackend
+from tests.doubles import ScriptedBackend
 
 CFG = OmegaConf.create({"max_rounds": 4, "max_new_tokens": 32, "feature_mode": "default", "layers": None,
                         "call_format": "xml"})

@@ -31,7 +31,7 @@ from data_builders.tasks.scorers import SCORERS, BFCLASTScorer, ScorerError, sco
 from data_builders.tasks.schema import Task, TaskFormatError
 from data_builders.tool_sources import source_from_spec
 from data_builders.tool_sources.bfcl import GORILLA_TO_OPENAPI, RECORDED_MESSAGE, openai_name, openai_tools
-from tests.data_builders.agent.test_loop import ScriptedBackend
+from tests.doubles import ScriptedBackend
 
 # ---------------------------------------------------------------------------------------------- a small data folder
 BMI = {"name": "determine_body_mass_index", "description": "Calculate body mass index given weight and height.",

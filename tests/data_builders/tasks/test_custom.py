@@ -11,7 +11,7 @@ import pytest
 from data_builders.agent.loop import Agent, AgentConfig
 from data_builders.tasks import load_tasks
 from data_builders.tasks.schema import TaskFormatError, task_key
-from tests.data_builders.agent.test_loop import ScriptedBackend
+from tests.doubles import ScriptedBackend
 
 FIXTURES = Path(__file__).resolve().parents[1] / "tool_sources"
 SOURCES = {
