@@ -16,6 +16,8 @@ import torch
 from huggingface_hub import PyTorchModelHubMixin
 from torch import nn
 
+from .names import legacy_adapter
+
 
 class ContractMismatch(ValueError):
     """Features or a backend that the controller was not trained for."""
@@ -170,13 +172,12 @@ class Controller(nn.Module, PyTorchModelHubMixin, library_name="toolwise", tags=
                 f"{list(feature_names)} (not computed now: {missing or 'none'}; new: {new or 'none'}; else the order "
                 "differs): refit the controller on points built with this featurizer")
         if backend is not None and backend != want["backend"]:
-            recorded = str(want["backend"])
-            if "+" in recorded.partition("@")[2] and "+adapter:" not in recorded:
+            if legacy_adapter(want["backend"]) is not None:
                 # a fingerprint written before adapters were named by their bytes: the path it records says
                 # nothing about which weights were there, so it cannot be matched; the user says which adapter
                 raise ContractMismatch(
-                    f"{self.registry_name} was trained on {recorded!r}, which names its adapter by path (written "
-                    f"before adapters were identified by their content); the policy now is {backend!r}. If this "
+                    f"{self.registry_name} was trained on {want['backend']!r}, which names its adapter by path "
+                    f"(written before adapters were identified by their content); the policy now is {backend!r}. If this "
                     "controller was trained on that adapter, migrate it once: python -m "
                     "data_builders.migrate_fingerprints <this checkpoint dir> --adapter <the adapter directory>")
             raise ContractMismatch(f"{self.registry_name} was trained on the policy {want['backend']!r}; "

@@ -16,6 +16,20 @@ def looks_like_path(name: str, file_suffixes: tuple[str, ...] = ()) -> bool:
             or bool(file_suffixes) and name.endswith(file_suffixes))
 
 
+#: how a policy fingerprint (``<model>@<config hash>[+adapter:<content hash>]``, the ``backend`` of a controller's
+#: contract) names a peft adapter: by the hash of its files (data_builders/backends/fingerprint.py)
+ADAPTER_TAG = "+adapter:"
+
+
+def legacy_adapter(fingerprint: str) -> str | None:
+    """The adapter *path* of a fingerprint written before adapters were named by their content
+    (``<model>@<hash>+<path>``), else None."""
+    base, plus, rest = str(fingerprint).partition("+")
+    if not plus or "@" not in base or ("+" + rest).startswith(ADAPTER_TAG):
+        return None
+    return rest
+
+
 def is_repo_id(name: str) -> bool:
     try:
         validate_repo_id(name)

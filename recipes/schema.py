@@ -47,8 +47,7 @@ from data_builders.metrics.hardware import HardwareProfile
 from data_builders.metrics.pte import PARAM_CONVENTIONS, PTEConfig
 from data_builders.protocol import PREFILL_STYLES
 from data_builders.tasks import SOURCE_ENVS, bfcl
-from data_builders.tasks.builtin import N_PER_CELL
-from data_builders.tasks.builtin import TIERS
+from data_builders.tasks.builtin import N_PER_CELL, TIERS
 from data_builders.tasks.distractors import DISTRACTOR_KINDS
 from data_builders.tasks.schema import DIFFICULTIES, SPLITS
 from data_builders.tasks.when2tool import HUB_ID

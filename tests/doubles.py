@@ -4,6 +4,7 @@ hooks that force a decision. A module, not conftest.py: conftest loads for every
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import torch
@@ -94,3 +95,40 @@ def tiny_adapter(tiny_model_dir, out: Path) -> Path:
     base = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     get_peft_model(base, LoraConfig(r=2, target_modules=["q_proj", "v_proj"])).save_pretrained(out)
     return out
+
+
+# ---- a team's own tools: the worked example's MCP server (examples/unit_tools) and the gates fit on it
+UNIT_TOOLS = Path(__file__).resolve().parents[1] / "examples" / "unit_tools"
+UNIT_TOOLS_GATES = {g: str(UNIT_TOOLS.parents[1] / "checkpoints" / g / "unit_tools") for g in ("toolgate", "g_step")}
+#: question -> the call a scripted upstream proposes for it (the second: a call that does not fit the question)
+OWN_TOOL_CALLS = {
+    "How many centimetres are in 8 metres?": ("convert_units", {"value": 8, "from_unit": "m", "to_unit": "cm"}),
+    "What is the capital of France?": ("convert_units", {"value": 1, "from_unit": "m", "to_unit": "cm"}),
+    "Find the passage about the boiling point of water.": ("search", {"query": "boiling point"})}
+
+
+def unit_tools_specs() -> list[dict]:
+    """The example server's tools as an MCP client lists them (OpenAI function tools), from the real server."""
+    from data_builders.tool_sources import source_from_spec
+
+    source = source_from_spec({"kind": "mcp", "command": [sys.executable, "server.py"]}, base_dir=UNIT_TOOLS)
+    try:
+        return source.tools()
+    finally:
+        source.close()
+
+
+def own_tool_call(question: str) -> dict:
+    """The OpenAI tool call :data:`OWN_TOOL_CALLS` scripts for ``question``."""
+    name, args = OWN_TOOL_CALLS[question]
+    return {"id": "call_1", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+
+
+def own_tools_reply(body: dict) -> dict:
+    """A ScriptedUpstream reply: the scripted call for the conversation's question, an answer after a tool result
+    or without tools."""
+    messages = body["messages"]
+    if messages[-1]["role"] == "tool" or not body.get("tools"):
+        return {"role": "assistant", "content": "\\boxed{800}"}
+    question = next(m["content"] for m in messages if m["role"] == "user")
+    return {"role": "assistant", "content": None, "tool_calls": [own_tool_call(question)]}

@@ -40,7 +40,6 @@ from typing import Any
 
 from ..protocol import BOXED_OPEN, TOOL_CALL_CLOSE, TOOL_CALL_OPEN
 
-
 # Far above any single model turn (the benchmark generates at most 2048 tokens). Only a bound on parse time.
 MAX_LITERAL_CHARS = 100_000
 

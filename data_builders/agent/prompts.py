@@ -146,4 +146,5 @@ def tool_call_text(name: str, arguments: dict, call_format: str) -> str:
     """
     if call_format == "native":
         return json.dumps({"name": name, "parameters": arguments}, ensure_ascii=False)
-    return f"{TOOL_CALL_OPEN}\n{json.dumps({'name': name, 'arguments': arguments}, ensure_ascii=False)}\n{TOOL_CALL_CLOSE}"
+    call = json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
+    return f"{TOOL_CALL_OPEN}\n{call}\n{TOOL_CALL_CLOSE}"

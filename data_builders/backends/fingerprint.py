@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from controllers.names import ADAPTER_TAG, legacy_adapter
+
+# The repository root (parent of the packages); committed checkpoints live under it in a source checkout.
 REPO_ROOT = Path(__file__).resolve().parents[2]
-ADAPTER_TAG = "+adapter:"
 
 # Config keys that say nothing about the weights' function (paths, versions, dtype bookkeeping).
 _VOLATILE_CONFIG_KEYS = {"_name_or_path", "transformers_version", "quantization_config", "torch_dtype", "dtype",
@@ -73,16 +74,7 @@ def adapter_digest(adapter: str | Path) -> str:
     if where is None:
         raise FileNotFoundError(f"adapter {adapter!r}: not found on this machine (as a path, under the repository, "
                                 "or in the Hugging Face cache), so it cannot be identified by its content")
-    # keyed by the files' sizes and modification times: a fingerprint is asked for often (every contract check),
-    # the bytes are read again only when a file changed
-    stamp = tuple((f.name, st.st_size, st.st_mtime_ns) for f in sorted(where.resolve().glob("adapter_*"))
-                  for st in [f.stat()])
-    return _digest(str(where.resolve()), stamp)
-
-
-@lru_cache(maxsize=64)
-def _digest(path: str, stamp: tuple) -> str:
-    return adapter_files_digest(path).hexdigest()[:16]
+    return adapter_files_digest(where).hexdigest()[:16]
 
 
 def weights_fingerprint(model_id: str, config: Any, adapter_hash: str | None) -> str:
@@ -91,14 +83,6 @@ def weights_fingerprint(model_id: str, config: Any, adapter_hash: str | None) ->
     adapter, taken when its weights were loaded (a backend keeps the identity of the bytes it holds, even if the
     files change on disk afterwards)."""
     return f"{model_id}@{config_hash(config)}" + (f"{ADAPTER_TAG}{adapter_hash}" if adapter_hash else "")
-
-
-def legacy_adapter(fingerprint: str) -> str | None:
-    """The adapter *path* of a fingerprint written before adapters were hashed (``…@<hash>+<path>``), else None."""
-    base, plus, rest = str(fingerprint).partition("+")
-    if not plus or "@" not in base or ("+" + rest).startswith(ADAPTER_TAG):
-        return None
-    return rest
 
 
 def migrated(fingerprint: str, adapter: str | Path) -> str:

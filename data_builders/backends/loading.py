@@ -24,7 +24,7 @@ from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
 
 from controllers.names import is_repo_id, looks_like_path
 
-from .fingerprint import adapter_files_digest
+from .fingerprint import REPO_ROOT, adapter_files_digest
 from .hf import HFBackend
 from .openai_backend import OpenAIBackend
 from .vllm_backend import VLLMBackend, import_vllm, vllm_environment
@@ -43,9 +43,6 @@ class CorruptCheckpoint(ValueError):
     """A model or adapter file on disk that cannot be read (a truncated copy, an interrupted download, another
     format under the name); the message names the file."""
 
-
-# The repository root (parent of the packages); committed checkpoints live under it in a source checkout.
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def _nowhere(what: str, name: str, looked: list[Path], err: Exception | None = None) -> str:

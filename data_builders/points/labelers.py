@@ -45,7 +45,6 @@ from ..tasks.schema import Task
 from ..tasks.scorers import score_task
 
 log = logging.getLogger(__name__)
-FORCED_ANSWER_PREFILL = ANSWER_PREFILL
 LABEL_RULES = {
     "probe": "label=1 (tool needed) iff the policy's greedy hard_no_tool episode is incorrect",
     "flip": "label=1 (execute) iff forced answer wrong before the tool output and right after, and the episode ends correct",
@@ -115,9 +114,9 @@ def _forced_answers(backend, items: list[tuple[Task, list[dict], list[tuple[str,
     prompts = []
     for task, messages, _ in items:
         tools = make_environment(task.env).tool_specs()
-        prompts.append(backend.render(P.template_messages(messages), tools) + FORCED_ANSWER_PREFILL)
+        prompts.append(backend.render(P.template_messages(messages), tools) + ANSWER_PREFILL)
     gens = backend.generate(prompts, SamplingParams(max_new_tokens=cfg.forced_answer_tokens)) if prompts else []
-    return [score_task(task, FORCED_ANSWER_PREFILL + g.text, calls=calls) for g, (task, _, calls) in zip(gens, items)]
+    return [score_task(task, ANSWER_PREFILL + g.text, calls=calls) for g, (task, _, calls) in zip(gens, items)]
 
 
 def label_flip(backend, tasks: Sequence[Task], splits: Sequence[str], cfg: Any,

@@ -35,7 +35,6 @@ from typing import Any
 
 from ..protocol import BOXED_OPEN
 
-
 # When2Tool's token cost: prefill tokens (tool responses, rejections, "Continue") weigh 0.2 of a generated token.
 PREFILL_WEIGHT = 0.2
 

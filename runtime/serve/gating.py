@@ -39,9 +39,9 @@ from recipes.schema import ServeGates
 from .metrics import Metrics
 from .upstream import Upstream
 
-#: gates.on_error -> what each gate's failure applies: open lets the turn through as if no gate were there (the call
-#: runs, the answer stands, no response prefill); closed takes the gate's cautious action
-#: on_error mode -> gate -> the action applied when that gate raises (each gate's own rule, data_builders.gates)
+#: gates.on_error -> gate -> what that gate's failure applies (each gate's own rule, data_builders.gates): open lets
+#: the turn through as if no gate were there (the call runs, the answer stands, no response prefill); closed takes
+#: the gate's cautious action
 ON_ERROR = {mode: {g.name: g.on_error[i] for g in GATES.values()} for i, mode in enumerate(ON_ERROR_MODES)}
 
 

@@ -125,35 +125,18 @@ def test_the_guardrail_gates_a_teams_own_mcp_tools_with_gates_fit_on_them(tmp_pa
     them, the upstream proposes calls to them, and the guardrail loaded with the ToolGate and G-STEP fit on that
     server's points (its ``toolgate`` / ``g_step`` litellm_params) decides each call as the runtime API does on the
     same messages."""
-    from data_builders.tool_sources import source_from_spec
     from runtime.api import Gates
+    from tests.doubles import OWN_TOOL_CALLS, UNIT_TOOLS_GATES, own_tool_call, own_tools_reply, unit_tools_specs
 
-    source = source_from_spec({"kind": "mcp", "command": [sys.executable, "server.py"]},
-                              base_dir=os.path.join(REPO, "examples", "unit_tools"))
-    try:
-        tools = source.tools()
-    finally:
-        source.close()
-    calls = {"How many centimetres are in 8 metres?": ("convert_units", {"value": 8, "from_unit": "m", "to_unit": "cm"}),
-             "Find the passage about the boiling point of water.": ("search", {"query": "boiling point"})}
-
-    def reply(body):
-        if body["messages"][-1]["role"] == "tool" or not body.get("tools"):
-            return {"role": "assistant", "content": "\\boxed{800}"}
-        name, args = calls[body["messages"][0]["content"]]
-        return {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "call_1", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}]}
-
-    paths = {g: os.path.join(REPO, "checkpoints", g, "unit_tools") for g in ("toolgate", "g_step")}
-    direct = Gates.load(**paths)
-    with litellm_proxy(tmp_path, {**paths, "max_reasks": 0, "max_continues": 0},
-                       ScriptedUpstream(reply=reply)) as (url, key, fake, log):
+    tools = unit_tools_specs()
+    direct = Gates.load(**UNIT_TOOLS_GATES)
+    with litellm_proxy(tmp_path, {**UNIT_TOOLS_GATES, "max_reasks": 0, "max_continues": 0},
+                       ScriptedUpstream(reply=own_tools_reply)) as (url, key, fake, log):
         client = openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0)
-        for question, (name, args) in calls.items():
+        for question in OWN_TOOL_CALLS:
             messages = [{"role": "user", "content": question}]
             out = client.chat.completions.create(model="scripted", messages=messages, tools=tools)
             d = out.model_extra["toolwise"]["decisions"][0]
-            want = direct.tool_call(messages, tools, {"type": "function", "function": {
-                "name": name, "arguments": json.dumps(args)}})
+            want = direct.tool_call(messages, tools, own_tool_call(question))
             assert (d["gate"], d["action"]) == ("toolgate", want.action)
             assert d["probability"] == pytest.approx(want.probability, abs=1e-6)

@@ -278,49 +278,29 @@ def test_own_mcp_tools_are_gated_by_gates_fit_on_them_as_the_runtime_api_decides
     them as OpenAI tools), the upstream proposes calls to them, and the ToolGate and G-STEP fit on that server's
     points decide. Each decision is the runtime API's on the same messages (ToolGate's columns read the offered
     tool's own schema and description, which only the request's ``tools`` carries)."""
-    from data_builders.tool_sources import source_from_spec
     from runtime.api import Gates
     from runtime.serve.__main__ import load_gates
+    from tests.doubles import OWN_TOOL_CALLS, UNIT_TOOLS_GATES, own_tool_call, own_tools_reply, unit_tools_specs
 
-    source = source_from_spec({"kind": "mcp", "command": [sys.executable, "server.py"]},
-                              base_dir=os.path.join(REPO, "examples", "unit_tools"))
-    try:
-        tools = source.tools()
-    finally:
-        source.close()
+    tools = unit_tools_specs()
     assert {t["function"]["name"] for t in tools} == {"convert_units", "lookup", "search"}
-    calls = {"How many centimetres are in 8 metres?": ("convert_units", {"value": 8, "from_unit": "m",
-                                                                          "to_unit": "cm"}),
-             "What is the capital of France?": ("convert_units", {"value": 1, "from_unit": "m", "to_unit": "cm"}),
-             "Find the passage about the boiling point of water.": ("search", {"query": "boiling point"})}
-
-    def reply(body):
-        messages = body["messages"]
-        if messages[-1]["role"] == "tool" or not body.get("tools"):
-            return {"role": "assistant", "content": "\\boxed{800}"}
-        name, args = calls[messages[0]["content"] if messages[0]["role"] == "user" else messages[1]["content"]]
-        return {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "call_1", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}]}
-
-    paths = {"toolgate": "checkpoints/toolgate/unit_tools", "g_step": "checkpoints/g_step/unit_tools"}
-    overrides = [f"gates.{k}={os.path.join(REPO, v)}" for k, v in paths.items()]
-    direct = Gates.load(**{k: os.path.join(REPO, v) for k, v in paths.items()})
+    overrides = [f"gates.{k}={v}" for k, v in UNIT_TOOLS_GATES.items()]
+    direct = Gates.load(**UNIT_TOOLS_GATES)
     client, fake, _ = served(load_gates(config(*overrides).gates), *overrides, "gates.max_reasks=0",
-                             "gates.max_continues=0", fake=ScriptedUpstream(reply=reply))
+                             "gates.max_continues=0", fake=ScriptedUpstream(reply=own_tools_reply))
     with client:
-        for question, (name, args) in calls.items():
+        for question in OWN_TOOL_CALLS:
             messages = [{"role": "user", "content": question}]
             body = ask(client, messages=messages, tools=tools).json()
             d = body["toolwise"]["decisions"][0]
-            call = {"id": "call_1", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
-            want = direct.tool_call(messages, tools, call)
+            want = direct.tool_call(messages, tools, own_tool_call(question))
             assert (d["gate"], d["action"]) == ("toolgate", want.action)
             assert d["probability"] == pytest.approx(want.probability, abs=1e-6)
             # the probability moves with the question and the call: the gate reads them, not a constant
-        probabilities = {round(direct.tool_call([{"role": "user", "content": q}], tools, {
-            "type": "function", "function": {"name": n, "arguments": json.dumps(a)}}).probability, 6)
-            for q, (n, a) in calls.items()}
-        assert len(probabilities) == len(calls)
+        probabilities = {round(direct.tool_call([{"role": "user", "content": q}], tools,
+                                                own_tool_call(q)).probability, 6) for q in OWN_TOOL_CALLS}
+        assert len(probabilities) == len(OWN_TOOL_CALLS)
+
 
 # ---------------------------------------------------------------------------------------------- openai client
 def test_openai_client_drives_a_multi_turn_tool_episode():

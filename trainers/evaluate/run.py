@@ -323,18 +323,19 @@ def arm_metrics(trajs: list[Trajectory], gamma: float, pte_cfg) -> dict:
     return s
 
 
-def grouped(trajs: list[Trajectory], gamma: float, pte_cfg, spec: BootstrapSpec | None = None) -> dict:
-    """Each category's and difficulty's metrics; with ``spec``, a bootstrap interval over that group's tasks for
-    its accuracy and calls per task (``ci``), so a per-category figure says how far it can be trusted."""
+def grouped(trajs: list[Trajectory], gamma: float, pte_cfg, values: dict[str, np.ndarray] | None = None,
+            spec: BootstrapSpec | None = None) -> dict:
+    """Each category's and difficulty's metrics; with the arm's :func:`per_task` ``values`` and ``spec``, a
+    bootstrap interval over that group's tasks for its accuracy and calls per task (``ci``), so a per-category
+    figure says how far it can be trusted."""
     out: dict[str, dict] = {}
     for key in ("category", "difficulty"):
         for value in sorted({getattr(t, key) for t in trajs}):
-            group = [t for t in trajs if getattr(t, key) == value]
-            out[f"{key}={value}"] = m = arm_metrics(group, gamma, pte_cfg)
-            if spec is not None:
-                values = per_task(group, gamma, pte_cfg)
+            idx = [i for i, t in enumerate(trajs) if getattr(t, key) == value]
+            out[f"{key}={value}"] = m = arm_metrics([trajs[i] for i in idx], gamma, pte_cfg)
+            if values is not None and spec is not None:
                 m["ci"] = {k: (None if ci is None else [ci[0], ci[1]])
-                           for k in ("accuracy", "tool_calls_per_task") for ci in [mean_interval(values[k], spec)]}
+                           for k in ("accuracy", "tool_calls_per_task") for ci in [mean_interval(values[k][idx], spec)]}
     return out
 
 
@@ -556,12 +557,14 @@ def run(cfg: DictConfig) -> dict:
     wall = time.perf_counter() - start
 
     spec = BootstrapSpec(**OmegaConf.to_container(cfg.bootstrap, resolve=True))
-    metrics = {name: {"all": arm_metrics(t, gamma, pte_cfg), **grouped(t, gamma, pte_cfg, spec)}
-               for name, t in by_arm.items() if not name.startswith("prefill_")}
+    # each arm's per-task values, once: the headline intervals and the per-group ones resample the same numbers
+    values = {name: per_task(t, gamma, pte_cfg) for name, t in by_arm.items() if not name.startswith("prefill_")}
+    metrics = {name: {"all": arm_metrics(by_arm[name], gamma, pte_cfg),
+                      **grouped(by_arm[name], gamma, pte_cfg, values[name], spec)} for name in values}
     for name in metrics:
         metrics[name]["patterns"] = count_patterns(by_arm[name])
     reference = cfg.reference
-    arm_ci, delta_ci = intervals({name: per_task(by_arm[name], gamma, pte_cfg) for name in metrics}, reference, spec)
+    arm_ci, delta_ci = intervals(values, reference, spec)
     delta = deltas(metrics, reference)
     for name in metrics:
         metrics[name]["ci"] = arm_ci[name]

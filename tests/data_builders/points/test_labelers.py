@@ -7,7 +7,8 @@ from omegaconf import OmegaConf
 from data_builders.features.gstep import GSTEP_FEATURES
 from data_builders.features.probe import probe_features
 from data_builders.features.toolgate import EMBEDDING_DIM, structural_names
-from data_builders.points.labelers import FORCED_ANSWER_PREFILL, label_commit, label_flip, label_probe
+from data_builders.points.labelers import label_commit, label_flip, label_probe
+from data_builders.protocol import ANSWER_PREFILL
 from tests.doubles import CALL, ScriptedBackend, calc_task
 
 CFG = OmegaConf.create({"max_rounds": 4, "max_new_tokens": 32, "feature_mode": "default", "layers": None,
@@ -23,7 +24,7 @@ class ForcingBackend(ScriptedBackend):
         self.forced = forced
 
     def generate(self, prompts, params=None, **kw):
-        if prompts and all(p.endswith(FORCED_ANSWER_PREFILL) for p in prompts):
+        if prompts and all(p.endswith(ANSWER_PREFILL) for p in prompts):
             from data_builders.backends.base import Generation
 
             out = []
