@@ -21,7 +21,7 @@ from sklearn.metrics import roc_auc_score
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from data_builders.gates import BY_KIND, GATES
+from data_builders.gates import gate_named, gates
 from data_builders.points.store import load_points
 from recipes import compose
 from trainers.controller.training import new_controller, raw_logits, split_tensors, train
@@ -43,10 +43,12 @@ def main() -> None:
 
     points = load_points(args.points)
     kind = points.manifest["kind"]
-    if kind not in BY_KIND or BY_KIND[kind].name not in LOGISTIC:
+    by_kind = {g.kind: g for g in gates().values()}
+    if kind not in by_kind or by_kind[kind].name not in LOGISTIC:
         raise SystemExit(f"{args.points}: a {kind!r} dataset; this benchmark compares the logistic controllers "
-                         f"(kinds {sorted(GATES[g].kind for g in LOGISTIC)}) with scikit-learn's LogisticRegression")
-    cfg = compose("fit", [f"recipe={BY_KIND[kind].name}"])
+                         f"(kinds {sorted(gate_named(g).kind for g in LOGISTIC)}) with scikit-learn's "
+                         "LogisticRegression")
+    cfg = compose("fit", [f"recipe={by_kind[kind].name}"])
     recipe = cfg.recipe
     OmegaConf.set_struct(recipe, False)
     if args.l2 is not None:

@@ -26,8 +26,8 @@ from data_builders.features import minilm
 from data_builders.features.toolgate import MAX_TOKENS, embed_texts, summary_text
 from data_builders.agent.hooks import PromptState
 from runtime.api import Gates
-from runtime.controller_hooks import probe_decision
-from runtime.messages import toolgate_episode
+from runtime.controller_hooks import decide
+from runtime.messages import call_episode
 
 REPO = Path(__file__).resolve().parents[1]
 TOOLS = [{"type": "function", "function": {"name": "evaluate_expression", "description": "Evaluate an expression.",
@@ -76,7 +76,7 @@ def main() -> None:
 
     msgs = conversation(60)   # a question far past MAX_TOKENS: the encoder reads its cap
     pending = call("25+8+9", "c2")
-    view, parsed = toolgate_episode(msgs, TOOLS, pending, call_format=gates.call_format)
+    view, parsed = call_episode(msgs, TOOLS, pending, call_format=gates.call_format)
     text = summary_text(view, parsed)
     pieces = len(minilm.sentence_transformer().tokenizer(text, add_special_tokens=True).input_ids)
     embed = median_ms(lambda: embed_texts([text]), args.n)
@@ -96,7 +96,7 @@ def main() -> None:
     # shared with generation): a stand-in tensor of the committed probe's input shape
     hidden = torch.randn(*gates.probe_prefill.contract["input_shape"])
     state = PromptState("prompt", [], hidden, list(range(hidden.shape[0])))
-    probe = statistics.median(probe_decision(gates.probe_prefill, state).latency_ms for _ in range(args.n))
+    probe = statistics.median(decide("probe_prefill", gates.probe_prefill, state).latency_ms for _ in range(args.n))
 
     print(f"threads={torch.get_num_threads()} n={args.n} summary_chars={len(text)} summary_wordpieces={pieces} "
           f"(the encoder reads {min(pieces, MAX_TOKENS)})")

@@ -21,7 +21,7 @@ import numpy as np
 from sklearn.model_selection import StratifiedKFold
 
 import recipes
-from data_builders.gates import GATES
+from data_builders.gates import gate_named
 from data_builders.points.store import load_points
 from trainers.controller.baselines import _auroc, bag_of_words
 from trainers.controller.training import new_controller, raw_logits, train
@@ -47,7 +47,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("overrides", nargs="*", help="fit config overrides (e.g. recipe.train.l2=100)")
     args = ap.parse_args()
-    probe = GATES["probe_prefill"]
+    probe = gate_named("probe_prefill")
     cfg = recipes.compose("fit", [f"recipe={probe.name}", f"recipe.points.dir={args.points_dir}", "logger=none",
                                   *args.overrides])
     points = load_points(args.points_dir, kind=probe.kind, featurizer=probe.featurizer.id)

@@ -19,6 +19,18 @@ from .probe import LinearProbe
 REGISTRY: dict[str, type[Controller]] = {c.registry_name: c for c in (LinearProbe, ToolGateLogistic, GStepMLP)}
 
 
+def register(cls: type[Controller]) -> type[Controller]:
+    """Add a controller class under its ``registry_name`` (a gate written outside the package registers its own, so
+    :func:`load` rebuilds its checkpoints); usable as a class decorator. Another class under that name is refused."""
+    name = getattr(cls, "registry_name", None)
+    if not (isinstance(cls, type) and issubclass(cls, Controller) and isinstance(name, str) and name):
+        raise TypeError(f"{cls!r}: a Controller subclass with a registry_name")
+    if REGISTRY.get(name, cls) is not cls:
+        raise ValueError(f"controller name {name!r} is already {REGISTRY[name].__module__}.{REGISTRY[name].__name__}")
+    REGISTRY[name] = cls
+    return cls
+
+
 class ControllerLoadError(ValueError):
     """A checkpoint directory that cannot be turned into a controller; the message names the file."""
 
@@ -97,5 +109,5 @@ def load(path: str | Path, *, map_location: str = "cpu") -> Controller:
     return controller
 
 
-__all__ = ["REGISTRY", "Controller", "ContractMismatch", "ControllerLoadError", "LinearProbe", "ToolGateLogistic",
+__all__ = ["REGISTRY", "register", "Controller", "ContractMismatch", "ControllerLoadError", "LinearProbe", "ToolGateLogistic",
            "GStepMLP", "load", "make_contract"]

@@ -21,15 +21,15 @@ from recipes import CONFIG_DIR
 from .backends import malloc
 from .environments.isolation import announce as announce_sandbox
 from .executors import executor_from_config
-from .features import FEATURIZERS
+from .gates import gate_of_kind
 from .agent.loop import Agent
-from .points.labelers import LABELERS, agent_config, label_rule
+from .points.labelers import agent_config
 from .points.store import PointStore, load_points, task_hash
 from .tasks import tasks_from_config
 
 
 def featurizer_id(kind: str) -> dict:
-    f = FEATURIZERS[kind]
+    f = gate_of_kind(kind).featurizer
     return {"name": f.name, "version": f.version}
 
 
@@ -61,7 +61,7 @@ def label_shard(engine, shard: tuple, progress=None) -> tuple[list[dict], dict]:
     """One shard's points: ``(kind, tasks, splits, builder settings)`` labelled on ``engine`` (runs where it is);
     ``progress`` gets each episode's end (a count is all the driver wants: the item itself stays here)."""
     kind, tasks, splits, builder = shard
-    return LABELERS[kind](engine, tasks, splits, OmegaConf.create(builder),
+    return gate_of_kind(kind).labeler_fn(engine, tasks, splits, OmegaConf.create(builder),
                           progress=(lambda _traj: progress(None)) if progress else None)
 
 
@@ -69,8 +69,7 @@ def run(cfg: DictConfig, command: str | None = None) -> dict:
     """Build (or resume) ``cfg.out_dir``; ``command`` is recorded in the manifest as how to rebuild it."""
     kind = cfg.kind
     announce_sandbox(cfg)
-    if kind not in LABELERS:
-        raise ValueError(f"unknown kind {kind!r}; choose one of {sorted(LABELERS)}")
+    gate = gate_of_kind(kind)      # an unknown kind is refused here, naming the known ones
     tasks = [t for split in cfg.splits for t in tasks_from_config(cfg, split)]
     builder = {k: cfg.get(k) for k in ("max_rounds", "max_new_tokens", "call_format", "feature_mode", "layers",
                                        "forced_answer_tokens", "verify_rounds", "commit_mode", "commit_label", "val_fraction", "seed")}
@@ -86,7 +85,7 @@ def run(cfg: DictConfig, command: str | None = None) -> dict:
         manifest = {"kind": kind, "task_hash": task_hash(tasks), "n_tasks": len(tasks), "n_shards": len(shards),
                     "task_source": OmegaConf.to_container(cfg.tasks, resolve=True),
                     "backend": executor.info.fingerprint, "featurizer": featurizer_id(kind),
-                    "label_rule": label_rule(kind, cfg), "shard_size": cfg.shard_size, "builder": builder}
+                    "label_rule": gate.label_rule(cfg), "shard_size": cfg.shard_size, "builder": builder}
         # Opening locks the directory and verifies the finished shards: missing, truncated, swapped or foreign
         # files are deleted there, so this loop recomputes exactly those (and the shards never finished).
         with PointStore(cfg.out_dir, manifest, overwrite=cfg.overwrite) as store:
@@ -104,7 +103,7 @@ def run(cfg: DictConfig, command: str | None = None) -> dict:
             table, counts = counts_table(ds.points)
             positives = int(sum(ds.points["label"])) if len(ds) else 0
             extra = {}
-            if kind == "flip" and len(ds):
+            if len(ds) and "flip_class" in ds.points.column_names:    # a labeler that classifies its flips
                 extra = {"flip_classes": dict(Counter(ds.points["flip_class"]))}
             store.finalize({"points": len(ds), "positives": positives, "by_split_category": counts, **extra},
                            command=command)
@@ -112,7 +111,7 @@ def run(cfg: DictConfig, command: str | None = None) -> dict:
     if extra:
         n = len(ds)
         print("flip classes: " + ", ".join(f"{k} {v} ({v / n:.1%})" for k, v in sorted(extra["flip_classes"].items())))
-    if kind == "probe" and len(ds) < len(tasks):
+    if gate.one_point_per_task and len(ds) < len(tasks):
         print(f"{len(tasks) - len(ds)} of {len(tasks)} tasks not labelled: their prompt leaves no room for "
               f"max_new_tokens={cfg.max_new_tokens} in the context (see the warnings above)")
     print(f"dataset: {Path(cfg.out_dir).resolve()}")

@@ -25,24 +25,25 @@ checks, and an override of a group or key the chosen recipe does not read (each 
 """
 from __future__ import annotations
 
-import copy
 import dataclasses
 import functools
 import math
 import operator
 import typing
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar, Dict, Iterable, List, Optional
 
 from hydra.core.config_store import ConfigStore
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import ConfigCompositionException
 from hydra.experimental.callback import Callback
-from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from data_builders.agent.loop import AgentConfig
 from data_builders.agent.prompts import ALL_MODES, CALL_FORMATS, MODE_ALIASES, MODES
-from data_builders.gates import GATES, ON_ERROR_MODES
+from data_builders.config_fields import param, required, tau_values
+from data_builders.gates import ON_ERROR_MODES, gates
 from data_builders.metrics.hardware import HardwareProfile
 from data_builders.metrics.pte import PARAM_CONVENTIONS, PTEConfig
 from data_builders.protocol import PREFILL_STYLES
@@ -54,25 +55,6 @@ from data_builders.tasks.when2tool import HUB_ID
 
 
 # ---------------------------------------------------------------------------------------------- fields
-def param(default: Any, help: str, **checks: Any) -> Any:
-    """A field with its default, its one-line help and the checks its value must pass when a config is
-    composed (:func:`value_errors`): ``choices`` (allowed values), ``items`` (allowed values of a list's
-    elements), ``ge``/``gt``/``le``/``lt`` (bounds), ``check`` (a function returning what is wrong, or None).
-    Every float must also be finite (:func:`not_finite`), whatever the field's other checks; ``finite=False``
-    lets a field whose meaning includes inf take it. None passes every check: a field typed ``Optional``
-    documents what null means. A list, dict or dataclass default is copied for each config."""
-    meta = {"help": help, **checks}
-    if isinstance(default, (list, dict)) or dataclasses.is_dataclass(default):
-        return field(default_factory=functools.partial(copy.deepcopy, default), metadata=meta)
-    return field(default=default, metadata=meta)
-
-
-def required(help: str, **checks: Any) -> Any:
-    """A field without a default: each option of its group sets it (or the command line does: ``model=hf``'s
-    ``model.name``), or, for a group node, the entry config's defaults list selects an option."""
-    return field(default=MISSING, metadata={"help": help, "required": True, **checks})
-
-
 def derived(cls: type, name: str, exclude: tuple[str, ...] = (), required_help: dict[str, str] | None = None) -> type:
     """A config dataclass with ``cls``'s fields, types and defaults (so they stay written once, in ``cls``), less
     ``exclude``. Needed because a runtime dataclass cannot be a schema as is: it may be frozen (read-only
@@ -101,17 +83,11 @@ def positive_or_auto(value: Any) -> str | None:
     return "must be auto or a positive number"
 
 
-def tau_values(values: Iterable[Any]) -> str | None:
-    bad = [v for v in values if v != "calibrated" and not (isinstance(v, (int, float)) and not isinstance(v, bool)
-                                                            and 0 <= v <= 1)]
-    return f"{bad}: each τ is a number in [0, 1] or calibrated" if bad else None
-
-
 # Values the code checks too, late (after models load); here so a typo fails when the config is composed.
 PROMPT_MODES = ALL_MODES + tuple(MODE_ALIASES)
 HOPS = ("single", "multi", "both")
 DTYPES = ("auto", "float32", "bfloat16", "float16")         # data_builders.backends.loading.resolve_dtype
-BUILD_KINDS = tuple(gate.kind for gate in GATES.values())   # the decision-point kinds, one per gate
+BUILD_KINDS = tuple(gate.kind for gate in gates().values())   # the decision-point kinds, one per gate
 TAU_METHODS = ("fixed", "target_call_rate", "max_acc_loss")  # trainers.controller.calibration.TAU_METHODS
 REWARD_KINDS = ("pte", "otc")                               # trainers.policy.rewards.REWARDS
 CONDITIONS = ("cot", "format_only", "noop_tool", "full_tool", "oracle_calc", "oracle_evidence", "one_round")
@@ -373,17 +349,29 @@ class RayExecutorConfig:
 
 
 @dataclass
-class CheckpointsConfig:
+class PolicyCheckpoints:
     """``checkpoints``: the committed reference checkpoints (trained on the embedded policy); an option lists
     its release paths (checkpoints/reference.yaml)."""
     tool_sft: str = required("the default policy's adapter: one of the tool_sft releases below")
     tool_sft_v1: str = required("tool_sft v1 (call demonstrations only)")
     tool_sft_v2: str = required("tool_sft v2 (the v2 mixture)")
     tool_sft_v3: str = required("tool_sft v3 (v2 continued on the v3 mixture)")
-    probe_prefill: str = required("the Probe&Prefill controller")
-    toolgate: str = required("the ToolGate controller")
-    g_step: str = required("the G-STEP controller")
     pte_grpo: str = required("the pte_grpo policy adapter")
+
+
+def per_gate(cls_name: str, make_field, base: type | None = None, doc: str = "") -> type:
+    """A config dataclass with one field per gate of the registry, named by the gate (``checkpoints.<gate>``,
+    ``arms.<gate>``, ``gates.<gate>``, ``gates.taus.<gate>``); ``make_field(gate)`` gives (type, field)."""
+    fields = [(g.name, *make_field(g)) for g in gates().values()]
+    cls = dataclasses.make_dataclass(cls_name, fields, bases=(base,) if base else ())
+    cls.__module__, cls.__doc__ = __name__, doc or (base.__doc__ if base else None)
+    return cls
+
+
+# each gate's controller (checkpoints/reference.yaml sets the committed ones; null: none committed)
+CheckpointsConfig = per_gate("CheckpointsConfig", lambda g: (Optional[str], param(None, g.checkpoint_help or
+                                                                                   f"the {g.name} controller")),
+                             base=PolicyCheckpoints)
 
 
 # ---------------------------------------------------------------------------------------------- recipes
@@ -613,41 +601,12 @@ class Calibration:
                                   "helpful calls that may be missed", ge=0, le=1)
 
 
-@dataclass
-class ProbeBaselines:
-    """What Probe&Prefill is reported beside."""
-    single_layer: bool = param(True, "the best single-layer probe")
-    bag_of_words: bool = param(True, "a bag-of-words logistic regression on the instruction")
-    bow_C: float = param(1.0, "its inverse regularisation strength", gt=0)
-
-
-# The ``controller`` node holds the registry class's constructor arguments (controllers/), one shape per class; the
-# class is the recipe's gate's (data_builders.gates), so the node does not name it.
-@dataclass
-class LinearProbeArgs:
-    layers: Optional[List[int]] = param(None, "hidden-state layers read; null = all layers")
-
-
-@dataclass
-class ToolGateLogisticArgs:
-    """ToolGateLogistic takes no constructor arguments besides its contract."""
-
-
-@dataclass
-class GStepMLPArgs:
-    hidden: int = param(32, "hidden units: the best validation AUROC of recipes/sweep/g_step.yaml on When2Tool "
-                            "(docs/results.md)", ge=1)
-    depth: int = param(1, "hidden layers", ge=1)
-    dropout: float = param(0.1, "dropout between layers", ge=0, lt=1)
-
-
 CONTROLLER_UNUSED = {"hardware": "a controller fit prices nothing in PTE (only pte_grpo reads the hardware group)"}
 
 
 @dataclass
 class ControllerRecipe(Recipe):
-    """probe_prefill, toolgate and g_step: one shape but for the controller's own arguments (and probe_prefill's
-    baselines)."""
+    """A gate's recipe: one shape but for the controller's own arguments (and the fields a gate adds)."""
     UNUSED: ClassVar[Dict[str, str]] = CONTROLLER_UNUSED
     name: str = required("the recipe (trainers.fit.RECIPES)")
     export_dir: str = required("where the controller is exported")
@@ -657,26 +616,17 @@ class ControllerRecipe(Recipe):
     calibration: Calibration = param(Calibration(), "temperature and τ")
 
 
-@dataclass
-class ProbePrefillRecipe(ControllerRecipe):
-    name: str = param("probe_prefill", "the recipe (trainers.fit.RECIPES)")
-    export_dir: str = param("checkpoints/probe_prefill/${now:%Y-%m-%d_%H-%M-%S}", "where the controller is exported")
-    controller: LinearProbeArgs = param(LinearProbeArgs(), "the linear probe")
-    baselines: Optional[ProbeBaselines] = param(ProbeBaselines(), "null: the probe alone")
-
-
-@dataclass
-class ToolGateRecipe(ControllerRecipe):
-    name: str = param("toolgate", "the recipe (trainers.fit.RECIPES)")
-    export_dir: str = param("checkpoints/toolgate/${now:%Y-%m-%d_%H-%M-%S}", "where the controller is exported")
-    controller: ToolGateLogisticArgs = param(ToolGateLogisticArgs(), "the logistic gate")
-
-
-@dataclass
-class GStepRecipe(ControllerRecipe):
-    name: str = param("g_step", "the recipe (trainers.fit.RECIPES)")
-    export_dir: str = param("checkpoints/g_step/${now:%Y-%m-%d_%H-%M-%S}", "where the controller is exported")
-    controller: GStepMLPArgs = param(GStepMLPArgs(), "the MLP gate")
+def controller_recipe(gate) -> type:
+    """The recipe schema of a gate (``recipe=<gate>``): ControllerRecipe with the gate's controller arguments and
+    the recipe fields its spec adds (data_builders.gates)."""
+    fields = [("name", str, param(gate.name, "the recipe (one per gate: trainers.fit.recipes)")),
+              ("export_dir", str, param(f"checkpoints/{gate.name}/${{now:%Y-%m-%d_%H-%M-%S}}",
+                                        "where the controller is exported")),
+              ("controller", gate.args, param(gate.args(), f"the {gate.controller} controller's arguments")),
+              *gate.recipe_fields]
+    cls = dataclasses.make_dataclass(f"{gate.args.__name__}Recipe", fields, bases=(ControllerRecipe,))
+    cls.__module__ = __name__
+    return cls
 
 
 # ---------------------------------------------------------------------------------------------- entry configs
@@ -713,8 +663,8 @@ class FitConfig:
 @dataclass
 class BuildConfig(PolicyGroups):
     executor: Any = required("where shards of tasks run: the executor group (local | ray)")
-    kind: str = param("probe", "probe (When2Tool, arXiv 2605.09252) | flip (arXiv 2606.03054) | commit "
-                               "(arXiv 2605.00136)", choices=BUILD_KINDS)
+    kind: str = param(BUILD_KINDS[0], "the decision-point kind, one per gate (data_builders.gates): "
+                               + " | ".join(BUILD_KINDS), choices=BUILD_KINDS)
     splits: List[str] = param(["train", "test"], "task splits to build; a val split is carved out of train by "
                                                  "task id", items=SPLITS)
     val_fraction: float = param(0.15, "share of train tasks assigned to val", ge=0, lt=1)
@@ -750,25 +700,18 @@ class RolloutConfig(PolicyGroups):
 
 
 @dataclass
-class ProbeArm:
-    checkpoint: str = required("an exported probe_prefill checkpoint")
-    styles: List[str] = param(["soft", "hard"], "response prefills: soft (a sentence) | hard (a forced prefix)",
-                              items=PREFILL_STYLES)
-    taus: List[Any] = param([0.1, 0.3, 0.5, 0.7, 0.9], "numbers or calibrated (the checkpoint's own τ; OmegaConf "
-                                                       "has no float | str); every τ is its own rollout",
-                            check=tau_values)
-
-
-@dataclass
 class GateArm:
-    checkpoint: str = required("an exported toolgate or g_step checkpoint")
+    checkpoint: Optional[str] = param(None, "an exported checkpoint of the arm's gate (default: checkpoints.<gate>); "
+                                            "null: the arm is off")
     taus: List[Any] = param(["calibrated"], "numbers or calibrated (the checkpoint's own τ); every τ is its own "
                                             "rollout", check=tau_values)
 
 
 @dataclass
-class Arms:
-    """The evaluator's arms: every one runs on the same tasks with the same policy and decoding."""
+class ArmsBase:
+    """The evaluator's arms: every one runs on the same tasks with the same policy and decoding. ``arms.<gate>``:
+    a gate's arm, on when it has a checkpoint (``checkpoints.<gate>`` by default: the committed reference gates, or
+    one given on the command line); null leaves it out."""
     # sparse is left out: the default policy (tool_sft v3) reads "use tools sparingly" as no_tool, 0.06 calls per
     # task (docs/results.md#the-when2tool-comparison), so it measured nothing no_tool does not
     modes: List[str] = param(["force", "default", "necessary", "no_tool"], "prompt-mode baselines (add sparse "
@@ -776,17 +719,19 @@ class Arms:
     reasoning: List[bool] = param([False], "add true for each mode with Reason-then-Act")
     constrained_calls: List[bool] = param([False], "add true for each mode with schema-constrained calls "
                                                    "(<mode>+cc, needs xgrammar)")
-    probe: Optional[ProbeArm] = param(ProbeArm(checkpoint="${checkpoints.probe_prefill}"),
-                                      "Probe&Prefill; null to leave out")
-    toolgate: Optional[GateArm] = param(GateArm(checkpoint="${checkpoints.toolgate}",
-                                                taus=["calibrated", 0.3, 0.7]), "ToolGate; null to leave out")
-    g_step: Optional[GateArm] = param(GateArm(checkpoint="${checkpoints.g_step}"), "G-STEP; null to leave out")
-    cascade: bool = param(True, "probe (soft, calibrated τ) + toolgate + g_step together")
+    cascade: bool = param(True, "every gate arm's gate together, each at its calibrated τ and default options "
+                                "(the probe: soft), when there are two or more")
     # Free-form: each entry's {name, model} is that arm's cache key as written, so no schema may fill in
     # model defaults (it would move every cached policy arm to a new key).
     policies: List[Any] = param([], "more policies as arms (default mode), e.g. [{name: pte_grpo, model: {name: "
                                     "smollm2, adapter: '${checkpoints.pte_grpo}'}}]")
     strict_contracts: bool = param(True, "refuse a controller trained on another policy's features")
+
+
+Arms = per_gate("Arms", lambda g: (Optional[g.evaluate or GateArm],
+                                   param((g.evaluate or GateArm)(checkpoint=f"${{checkpoints.{g.name}}}"),
+                                         f"the {g.name} arm (on when it has a checkpoint); null to leave out")),
+                base=ArmsBase)
 
 
 @dataclass
@@ -900,20 +845,14 @@ class ServeLocalUpstream:
                                   "client leaves or the server shuts down", ge=1)
 
 
-@dataclass
-class ServeTaus:
-    """A gate's decision threshold at the endpoint (``p >= τ`` takes the action: call, execute, continue)."""
-    toolgate: Optional[float] = param(None, "null: the checkpoint's calibrated τ", ge=0, le=1)
-    g_step: Optional[float] = param(None, "null: the checkpoint's calibrated τ", ge=0, le=1)
-    probe_prefill: Optional[float] = param(None, "null: the checkpoint's calibrated τ", ge=0, le=1)
+ServeTaus = per_gate("ServeTaus", lambda g: (Optional[float], param(None, "null: the checkpoint's calibrated τ",
+                                                                       ge=0, le=1)),
+                     doc="A gate's decision threshold at the endpoint (``p >= τ`` takes its first action: use, "
+                         "execute, continue).")
 
 
 @dataclass
-class ServeGates:
-    toolgate: Optional[str] = param(None, "an exported checkpoint dir (checkpoints/toolgate/<run>); null: off")
-    g_step: Optional[str] = param(None, "an exported checkpoint dir (checkpoints/g_step/<run>); null: off")
-    probe_prefill: Optional[str] = param(None, "upstream=local only: Probe&Prefill on each conversation's first "
-                                               "turn (it reads the policy's hidden states)")
+class ServeGateOptions:
     prefill_style: str = param("soft", "the probe's response prefill: soft (a sentence) | hard (a forced prefix)",
                                choices=PREFILL_STYLES)
     taus: ServeTaus = param(ServeTaus(), "each gate's τ, e.g. an operating point chosen on held-out tasks")
@@ -924,10 +863,20 @@ class ServeGates:
                                   "/ continue", choices=ON_ERROR_MODES)
     max_reasks: int = param(2, "upstream re-asks after skipped calls, per request", ge=0)
     max_continues: int = param(1, "G-STEP verification rounds per conversation", ge=0)
-    logprobs: Optional[bool] = param(None, "request token log-probs from the upstream; null: when gates.g_step is "
-                                           "set")
+    logprobs: Optional[bool] = param(None, "request token log-probs from the upstream; null: when a gate that "
+                                           "reads them (G-STEP) is set")
     concurrency: int = param(1, "decisions computed at once (torch already uses every core; parallel ones "
                                 "contend)", ge=1)
+
+
+def _serve_gate(gate) -> tuple:
+    where = ("upstream=local only: on each conversation's first turn (it reads the policy's hidden states)"
+             if gate.moment == "pre_generation" else "null: off")
+    return Optional[str], param(None, f"an exported checkpoint dir (checkpoints/{gate.name}/<run>); {where}")
+
+
+ServeGates = per_gate("ServeGates", _serve_gate, base=ServeGateOptions,
+                      doc="``gates``: each gate's checkpoint (``gates.<gate>``) and how the server applies them.")
 
 
 @dataclass
@@ -991,9 +940,7 @@ SCHEMAS: list[tuple[str | None, str, type]] = [
     ("executor", "ray_schema", RayExecutorConfig),
     ("recipe", "tool_sft_schema", ToolSFTRecipe),
     ("recipe", "pte_grpo_schema", PTEGRPORecipe),
-    ("recipe", "probe_prefill_schema", ProbePrefillRecipe),
-    ("recipe", "toolgate_schema", ToolGateRecipe),
-    ("recipe", "g_step_schema", GStepRecipe),
+    *(("recipe", f"{g.name}_schema", controller_recipe(g)) for g in gates().values()),
     (None, "fit_schema", FitConfig),
     (None, "build_schema", BuildConfig),
     (None, "rollout_schema", RolloutConfig),
@@ -1008,10 +955,16 @@ SCHEMAS: list[tuple[str | None, str, type]] = [
 
 
 def register() -> None:
-    """Store every schema in Hydra's ConfigStore (idempotent: storing a name again replaces it)."""
+    """Store every schema in Hydra's ConfigStore (idempotent: storing a name again replaces it). A gate without a
+    recipe file of its own (one written outside the package) is a recipe all the same: ``recipe=<gate>`` selects
+    its schema with the dataclasses' defaults."""
     cs = ConfigStore.instance()
     for group, name, node in SCHEMAS:
         cs.store(group=group, name=name, node=node)
+    recipe_files = Path(__file__).resolve().parent / "recipe"
+    for gate in gates().values():
+        if not (recipe_files / f"{gate.name}.yaml").is_file():
+            cs.store(group="recipe", name=gate.name, node=controller_recipe(gate))
 
 
 # ---------------------------------------------------------------------------------------------- the check

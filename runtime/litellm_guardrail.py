@@ -32,6 +32,7 @@ from litellm.types.guardrails import GuardrailEventHooks
 from litellm.types.utils import ModelResponse
 from openai.types.chat.completion_create_params import CompletionCreateParamsBase
 
+from data_builders.gates import gates as registered
 from runtime.serve.gating import Gater, GatePolicy
 from runtime.serve.metrics import Metrics
 
@@ -74,27 +75,35 @@ class _Proxied:
 
 
 class ToolwiseGuardrail(CustomGuardrail):
-    """``toolgate`` / ``g_step``: exported checkpoint dirs (or hub ids), loaded by :meth:`runtime.api.Gates.load`
-    with ``policy`` / ``strict``; ``on_error``, ``max_reasks``, ``max_continues``: as the gated endpoint's
-    ``gates.*``. ``gates_factory`` (``module:callable``) with ``gates_kwargs`` builds another gates object instead
-    (anything with ``tool_call`` / ``answer``, e.g. the tests' ``runtime.serve.testing:ForcedGates``)."""
+    """``<gate>: <checkpoint>`` for each gate it applies (``toolgate``, ``g_step``, or any other gate of the registry
+    at ``pre_call`` / ``on_answer``: exported checkpoint dirs or hub ids), loaded by :meth:`runtime.api.Gates.load`
+    with ``policy`` / ``strict`` / ``taus``; ``on_error``, ``max_reasks``, ``max_continues``: as the gated
+    endpoint's ``gates.*``. ``gates_factory`` (``module:callable``) with ``gates_kwargs`` builds another gates object
+    instead (anything with ``at`` / ``tool_call`` / ``answer``, e.g. the tests' ``runtime.serve.testing:ForcedGates``)."""
 
-    def __init__(self, toolgate: str | None = None, g_step: str | None = None, policy: str | None = None,
-                 strict: bool = True, on_error: str = GatePolicy.on_error, max_reasks: int = GatePolicy.max_reasks,
-                 max_continues: int = GatePolicy.max_continues, concurrency: int = GatePolicy.concurrency,
-                 gates_factory: str | None = None, gates_kwargs: dict | None = None,
-                 **kwargs: Any):
+    def __init__(self, policy: str | None = None, strict: bool = True, on_error: str = GatePolicy.on_error,
+                 max_reasks: int = GatePolicy.max_reasks, max_continues: int = GatePolicy.max_continues,
+                 concurrency: int = GatePolicy.concurrency, taus: dict | None = None,
+                 gates_factory: str | None = None, gates_kwargs: dict | None = None, **kwargs: Any):
+        paths = {name: kwargs.pop(name) for name in list(kwargs) if name in registered()}
         kwargs.setdefault("event_hook", GuardrailEventHooks.post_call)
         super().__init__(supported_event_hooks=[GuardrailEventHooks.post_call], **kwargs)
+        reads_states = [name for name, path in paths.items()
+                        if path is not None and registered()[name].moment == "pre_generation"]
+        if reads_states:
+            raise ValueError(f"the toolwise guardrail cannot apply {reads_states}: a gate before generation reads "
+                             "the policy's hidden states, which a proxied model does not return (serve it with "
+                             "python -m runtime.serve upstream=local)")
         if gates_factory is not None:
             gates = load_factory(gates_factory)(**(gates_kwargs or {}))
-        elif toolgate is None and g_step is None:
-            raise ValueError("the toolwise guardrail needs toolgate and/or g_step (exported checkpoint dirs), or "
+        elif all(path is None for path in paths.values()):
+            names = [n for n, g in registered().items() if g.moment != "pre_generation"]
+            raise ValueError(f"the toolwise guardrail needs one or more of {names} (exported checkpoint dirs), or "
                              "gates_factory")
         else:
             from runtime.api import Gates     # torch, the controllers and MiniLM: loaded once, at proxy start-up
 
-            gates = Gates.load(toolgate=toolgate, g_step=g_step, policy=policy, strict=strict).warmup()
+            gates = Gates.load(paths, policy=policy, strict=strict, taus=taus).warmup()
         self.gates = gates
         self.policy = GatePolicy(on_error=on_error, max_reasks=max_reasks, max_continues=max_continues,
                                  concurrency=concurrency)

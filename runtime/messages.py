@@ -374,7 +374,7 @@ def pending_call(messages: Any, call: Any) -> tuple[list, dict]:
     return messages, {"role": "assistant", "content": None, "tool_calls": [call]}
 
 
-def toolgate_episode(messages: Any, tools: Any, call: Any, *, task: Task | dict | None = None,
+def call_episode(messages: Any, tools: Any, call: Any, *, task: Task | dict | None = None,
                      mode: str | None = None, call_format: str = "xml",
                      counter: TokenCounter | None = None) -> tuple[EpisodeView, ToolCall]:
     """The loop's ``pre_call(view, call)`` arguments for a proposed ``call`` after ``messages`` (the proposing

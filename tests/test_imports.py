@@ -113,10 +113,11 @@ def test_the_contracts_can_fail(tmp_path, broken):
 
 
 def test_the_recipe_contracts_name_the_launchers_recipes():
-    """The recipe contracts list modules by hand; a recipe added to ``trainers.fit.RECIPES`` must be added there."""
-    from trainers.fit import RECIPES
+    """The recipe contracts list modules by hand; a recipe module added to ``trainers.fit.recipes()`` must be added
+    there."""
+    from trainers.fit import recipes
 
-    modules = {target.split(":")[0] for target in RECIPES.values()}
+    modules = {target.split(":")[0] for target in recipes().values()}
     assert "trainers.policy.sft" in modules
     listed = contracts()
     assert lines(listed["recipes-launcher"]["source_modules"]) == modules

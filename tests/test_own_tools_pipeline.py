@@ -240,7 +240,7 @@ def test_build_fit_and_evaluate_on_a_teams_own_mcp_tools(policy, tool_source, tm
     cache = tmp_path / "eval-cache"
     out = cli("trainers.evaluate", *policy_args, "logger=none", f"agent.call_format={CALL_FORMAT}",
               "agent.max_rounds=3", f"agent.max_new_tokens={MAX_NEW_TOKENS}", "arms.modes=[default]",
-              "arms.probe.styles=[hard]", "arms.probe.taus=[calibrated]", "arms.toolgate.taus=[calibrated]",
+              "arms.probe_prefill.styles=[hard]", "arms.probe_prefill.taus=[calibrated]", "arms.toolgate.taus=[calibrated]",
               "bootstrap.replicates=200", f"cache_dir={cache}",
               *(f"checkpoints.{r}={p}" for r, p in ckpt.items()), f"hydra.run.dir={tmp_path / 'eval'}")
     results = json.loads((tmp_path / "eval" / "results.json").read_text())

@@ -1,7 +1,7 @@
 """``python -m trainers.fit recipe=<name>``: one entry point for every trainer.
 
 Each recipe is a YAML file in ``recipes/recipe/`` whose ``name`` selects a ``fit(recipe, cfg, run)`` function
-from ``RECIPES``. Runs are tracked by the ``logger`` group: W&B, online when a key is configured and offline
+from :func:`recipes` (the policy recipes and one per gate). Runs are tracked by the ``logger`` group: W&B, online when a key is configured and offline
 otherwise, so a run never blocks on a login prompt.
 
 ``main`` returns the run's validation objective (``Fitted.objective``), so Hydra sweepers (basic, Optuna) and
@@ -20,18 +20,19 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from data_builders.backends import malloc
+from data_builders.gates import gates
 from recipes import CONFIG_DIR
 from trainers.recipe import Fitted, RunInfo
 from trainers.tracking import setup_wandb_env
 
 # recipe name -> "module:function"; imported lazily so one recipe's heavy dependencies never load for another.
-RECIPES = {
-    "tool_sft": "trainers.policy.sft:fit",
-    "probe_prefill": "trainers.controller.fit:fit",
-    "toolgate": "trainers.controller.fit:fit",
-    "g_step": "trainers.controller.fit:fit",
-    "pte_grpo": "trainers.policy.grpo:fit",
-}
+# Every gate of the registry (data_builders.gates) is a controller recipe of its own name.
+POLICY_RECIPES = {"tool_sft": "trainers.policy.sft:fit", "pte_grpo": "trainers.policy.grpo:fit"}
+CONTROLLER_FIT = "trainers.controller.fit:fit"
+
+
+def recipes() -> dict[str, str]:
+    return {**POLICY_RECIPES, **{name: CONTROLLER_FIT for name in gates()}}
 
 
 def is_rank_zero() -> bool:
@@ -61,9 +62,10 @@ def rank_overrides(argv: list[str]) -> list[str]:
 
 
 def resolve(name: str):
-    if name not in RECIPES:
-        raise SystemExit(f"unknown recipe {name!r}; available: {sorted(RECIPES)}")
-    module, func = RECIPES[name].split(":")
+    known = recipes()
+    if name not in known:
+        raise SystemExit(f"unknown recipe {name!r}; available: {sorted(known)}")
+    module, func = known[name].split(":")
     return getattr(importlib.import_module(module), func)
 
 

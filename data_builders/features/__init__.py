@@ -2,8 +2,8 @@
 (docs/architecture.md#dependency-direction).
 
 The labelers call them at build time and the agent hooks at run time, so a controller always sees features
-computed by the same function on the same state. One per decision-point kind (which gate reads which:
-``data_builders.gates``, the gate registry):
+computed by the same function on the same state. One per decision-point kind, named by its gate's spec
+(``data_builders.gates``, the gate registry); the built-in ones:
 
 ==========  ==========================  =====================================================================
 kind        featurizer                  input at the decision moment
@@ -22,11 +22,13 @@ from importlib import import_module
 @dataclass(frozen=True)
 class Featurizer:
     kind: str
-    module: str
+    module: str                             # a module of ``package``
+    # None: ``module`` is a full dotted path (a gate's featurizer written outside this package)
+    package: str | None = __name__
 
     @property
     def _mod(self):
-        return import_module(f"{__name__}.{self.module}")
+        return import_module(f"{self.package}.{self.module}" if self.package else self.module)
 
     @property
     def name(self) -> str:
@@ -53,7 +55,3 @@ class Featurizer:
         shard's tensors at training time, the hook's at run time): one assembly rule for both."""
         return self._mod.controller_input(tensors)
 
-
-# One registry: decision-point kind -> its featurizer module (imported on use; MiniLM loads only for flip).
-FEATURIZERS = {"probe": Featurizer("probe", "probe"), "flip": Featurizer("flip", "toolgate"),
-               "commit": Featurizer("commit", "gstep")}

@@ -2,7 +2,8 @@
 
 Every label follows its seed's definition; every feature comes from ``data_builders.features``, computed
 inside the agent's own hook at the decision moment (the same call the run-time controller makes). Which gate
-each kind's points train: ``data_builders.gates`` (the gate registry reads :data:`LABELERS` by kind).
+each kind's points train, and the label rule in words: the gate's spec (``data_builders.gates``), which names its
+labeler here.
 
 * ``probe`` (When2Tool, arXiv 2605.09252): one point per task. Features: hidden states of the first prompt in ``feature_mode``
   (the prompt the deployed probe reads). Label ``tool_needed`` = the policy fails the task in
@@ -38,6 +39,7 @@ from ..agent.trajectory import Trajectory, executed_calls
 from ..backends.base import SamplingParams
 from ..environments import make_environment
 from ..features.gstep import GSTEP_FEATURES, gstep_features
+from ..gates.g_step import LABEL_RULES as COMMIT_LABEL_RULES, label_rule as commit_label_rule
 from ..features.probe import probe_features
 from ..features.toolgate import embed_texts, structural_names, toolgate_state
 from ..protocol import ANSWER_PREFILL
@@ -45,22 +47,6 @@ from ..tasks.schema import Task
 from ..tasks.scorers import score_task
 
 log = logging.getLogger(__name__)
-LABEL_RULES = {
-    "probe": "label=1 (tool needed) iff the policy's greedy hard_no_tool episode is incorrect",
-    "flip": "label=1 (execute) iff forced answer wrong before the tool output and right after, and the episode ends correct",
-    "commit": "label=1 (continue) iff the answer at the decision is wrong",
-    "commit:fixed": "label=1 (continue) iff the answer is wrong and one injected verification round makes it right",
-}
-
-
-def label_rule(kind: str, cfg: Any) -> str:
-    """The rule a build applies (part of the dataset's identity in its manifest)."""
-    if kind == "commit":
-        rule = cfg.get("commit_label", "wrong")
-        if rule not in ("wrong", "fixed"):
-            raise ValueError(f"commit_label={rule!r}: choose 'wrong' or 'fixed'")
-        return LABEL_RULES["commit" if rule == "wrong" else "commit:fixed"]
-    return LABEL_RULES[kind]
 
 
 def base_row(task: Task, split: str, point_id: str, label: int) -> dict[str, Any]:
@@ -168,7 +154,7 @@ class _AnswerRecorder(Hooks):
 
 def label_commit(backend, tasks: Sequence[Task], splits: Sequence[str], cfg: Any,
                  progress: Callable[[Trajectory], None] | None = None) -> tuple[list[dict], dict]:
-    fixed_rule = label_rule("commit", cfg) == LABEL_RULES["commit:fixed"]
+    fixed_rule = commit_label_rule(cfg) == COMMIT_LABEL_RULES["fixed"]     # (an unknown rule is refused there)
     recorder = _AnswerRecorder()
     agent = Agent(backend, agent_config(cfg, cfg.get("commit_mode", "default"), len(tasks), max_continues=1,
                                         verify_rounds=cfg.verify_rounds), recorder)
@@ -187,5 +173,3 @@ def label_commit(backend, tasks: Sequence[Task], splits: Sequence[str], cfg: Any
     x = np.stack(feats).astype(np.float32) if feats else np.zeros((0, len(GSTEP_FEATURES)), np.float32)
     return rows, {"features": torch.from_numpy(x)}
 
-
-LABELERS = {"probe": label_probe, "flip": label_flip, "commit": label_commit}

@@ -13,6 +13,7 @@ import hydra
 import uvicorn
 from omegaconf import DictConfig
 
+from data_builders.gates import gates as registered, gates_at
 from recipes import CONFIG_DIR
 
 from .app import create_app
@@ -23,16 +24,17 @@ from .upstream import Upstream
 
 def load_gates(cfg: DictConfig, policy: str | None = None):
     """The configured gates, or None when none is (the endpoint is then a plain proxy with the same limits)."""
-    if cfg.toolgate is None and cfg.g_step is None and cfg.probe_prefill is None:
+    paths = {name: cfg.get(name) for name in registered()}
+    if all(path is None for path in paths.values()):
         return None
     # why here: the runtime API loads torch, the controllers and the featurizers (MiniLM); a plain proxy and the
     # tests' injected gates do without them.
     from runtime.api import Gates
 
     # warmed up before the port opens: the first request must not wait seconds for the encoder to load
-    return Gates.load(toolgate=cfg.toolgate, g_step=cfg.g_step, probe_prefill=cfg.probe_prefill,
-                      policy=policy or cfg.policy, strict=cfg.strict,
-                      taus={k: v for k, v in (cfg.get("taus") or {}).items() if v is not None}).warmup()
+    return Gates.load(paths, policy=policy or cfg.policy, strict=cfg.strict,
+                      taus={k: v for k, v in (cfg.get("taus") or {}).items() if v is not None},
+                      options={g.name: {"style": cfg.prefill_style} for g in gates_at("pre_generation")}).warmup()
 
 
 def build(cfg: DictConfig):
@@ -43,9 +45,10 @@ def build(cfg: DictConfig):
 
         upstream = LocalUpstream.from_config(cfg)
         return load_gates(cfg.gates, policy=cfg.gates.policy or upstream.backend.fingerprint), upstream
-    if cfg.gates.probe_prefill is not None:
-        raise ValueError("gates.probe_prefill needs upstream=local: the probe reads the policy's hidden states, "
-                         "which an HTTP upstream does not return")
+    for gate in gates_at("pre_generation"):
+        if cfg.gates.get(gate.name) is not None:
+            raise ValueError(f"gates.{gate.name} needs upstream=local: it reads the policy's hidden states, which an "
+                             "HTTP upstream does not return")
     return load_gates(cfg.gates), Upstream.from_config(cfg.upstream)
 
 
@@ -68,9 +71,9 @@ def main(cfg: DictConfig) -> None:
     logging.getLogger("httpx").setLevel(logging.WARNING)
     gates, upstream = build(cfg)
     app = create_app(cfg, gates, upstream)
-    print(f"serving {upstream.base_url} gated by toolgate={cfg.gates.toolgate} g_step={cfg.gates.g_step} "
-          f"probe_prefill={cfg.gates.probe_prefill} (on_error={cfg.gates.on_error}) at http://{cfg.host}:{cfg.port}/v1",
-          flush=True)
+    gated = " ".join(f"{name}={cfg.gates.get(name)}" for name in registered())
+    print(f"serving {upstream.base_url} gated by {gated} (on_error={cfg.gates.on_error}) at "
+          f"http://{cfg.host}:{cfg.port}/v1", flush=True)
     uvicorn.Server(uvicorn_config(app, cfg.limits, host=cfg.host, port=cfg.port, log_level=cfg.log_level)).run()
 
 

@@ -16,6 +16,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from data_builders.gates import gates as registered
+
 from .auth import key_matches, load_api_keys
 from .disconnect import unless_disconnected
 from .gating import Gater, GatePolicy
@@ -151,7 +153,9 @@ def create_app(cfg: Any, gates: Any, upstream: Upstream) -> FastAPI:
     (or anything with its ``tool_call``/``answer``), None for a plain proxy; ``upstream``: the server behind."""
     policy = GatePolicy(on_error=cfg.gates.on_error, max_reasks=cfg.gates.max_reasks,
                         max_continues=cfg.gates.max_continues,
-                        logprobs=cfg.gates.g_step is not None if cfg.gates.logprobs is None else cfg.gates.logprobs,
+                        logprobs=(any(g.reads_logprobs and cfg.gates.get(name) is not None
+                                      for name, g in registered().items())
+                                  if cfg.gates.logprobs is None else cfg.gates.logprobs),
                         concurrency=cfg.gates.concurrency, prefill_style=cfg.gates.prefill_style)
     keys = load_api_keys(cfg.auth)
     metrics = Metrics()
@@ -208,8 +212,7 @@ def create_app(cfg: Any, gates: Any, upstream: Upstream) -> FastAPI:
         if keys and (creds is None or not key_matches(creds.credentials, keys)):
             return {"status": "ok"}
         return {"status": "ok", "upstream": upstream.base_url,
-                "gates": {g: gates is not None and getattr(gates, g, None) is not None
-                          for g in ("toolgate", "g_step", "probe_prefill")}}
+                "gates": {g: gates is not None and getattr(gates, g, None) is not None for g in registered()}}
 
     @app.get("/metrics", dependencies=[Depends(require_key)])
     async def prometheus() -> Response:

@@ -32,17 +32,18 @@ from anyio import CapacityLimiter, to_thread
 
 from data_builders.agent import prompts as P
 from data_builders.environments.base import serialize
-from data_builders.gates import GATES, ON_ERROR_MODES
+from data_builders.gates import ON_ERROR_MODES, gate_named, gates_at
 from data_builders.protocol import TOOL_CALL_OPEN
 from recipes.schema import ServeGates
 
 from .metrics import Metrics
 from .upstream import Upstream
 
-#: gates.on_error -> gate -> what that gate's failure applies (each gate's own rule, data_builders.gates): open lets
-#: the turn through as if no gate were there (the call runs, the answer stands, no response prefill); closed takes
-#: the gate's cautious action
-ON_ERROR = {mode: {g.name: g.on_error[i] for g in GATES.values()} for i, mode in enumerate(ON_ERROR_MODES)}
+def on_error_action(mode: str, gate: str) -> str:
+    """What a failure of ``gate`` applies under ``gates.on_error=mode`` (each gate's own rule, its spec's
+    ``on_error``): open lets the turn through as if no gate were there (the call runs, the answer stands, no response
+    prefill); closed takes the gate's cautious action."""
+    return gate_named(gate).on_error[ON_ERROR_MODES.index(mode)]
 
 
 @dataclass
@@ -57,7 +58,7 @@ class GatePolicy:
     prefill_style: str = ServeGates.prefill_style
 
     def __post_init__(self):
-        if self.on_error not in ON_ERROR:
+        if self.on_error not in ON_ERROR_MODES:
             raise ValueError(f"gates.on_error={self.on_error!r}: choose open or closed")
         if self.max_reasks < 0 or self.max_continues < 0:
             raise ValueError("gates.max_reasks and gates.max_continues must be >= 0")
@@ -84,62 +85,70 @@ class Gater:
         # (the event loop keeps serving) but only `concurrency` at a time, as parallel ones only contend.
         self.limiter = CapacityLimiter(policy.concurrency)
         if getattr(upstream, "local", False):
-            # why here: the prefills come with the controller hooks (torch), which only an in-process policy needs
-            from runtime.controller_hooks import prefill_text
+            for gate in gates_at("pre_generation"):     # an unknown prefill style fails at start-up, not per request
+                self.prefill_text(gate.name, gate.actions[1])
 
-            self.prefill_text = partial(prefill_text, style=policy.prefill_style, call_format=upstream.call_format)
-            self.prefill_text("skip")       # an unknown style fails at start-up, not per request
+    def prefill_text(self, gate: str, action: str) -> str:
+        """The response prefill a pre_generation gate's applied ``action`` gives, in ``gates.prefill_style``."""
+        return gate_named(gate).act(action, style=self.policy.prefill_style,
+                                    call_format=self.upstream.call_format) or ""
 
-    def _loaded(self, gate: str) -> bool:
-        """Whether ``gate`` is asked: not on a plain proxy, nor for a gate runtime-API Gates did not load (it holds
-        None there: no thread hop for a None); gates objects without that attribute (the tests' ForcedGates) are
-        asked and may answer None."""
-        return self.gates is not None and getattr(self.gates, gate, True) is not None
+    def _asks(self, moment: str) -> bool:
+        """Whether any gate is asked at ``moment``: not on a plain proxy, nor where the gates hold none there (no
+        thread hop for a None)."""
+        return self.gates is not None and bool(self.gates.at(moment))
+
+    def _gate_at(self, moment: str, error: Exception) -> str:
+        """The gate a failure at ``moment`` is charged to: the one a GateError names, else the first there."""
+        named = getattr(error, "gate", None)
+        return named if isinstance(named, str) else self.gates.at(moment)[0]
 
     def _probes(self, context: list[dict], tools: list[dict]) -> bool:
         """Probe&Prefill on this upstream call: a conversation's first turn (no assistant message yet, so never a
         re-ask) that offers the policy tools (without any there is no tool decision to make), a probe loaded, and the
         policy in this process (no HTTP upstream returns hidden states)."""
         return (bool(tools) and getattr(self.upstream, "local", False) and self.gates is not None
-                and getattr(self.gates, "probe_prefill", None) is not None
+                and self._asks("pre_generation")
                 and not any(m.get("role") == "assistant" for m in context))
 
     def _failed(self, gate: str, error: Exception) -> dict:
         """The record of a gate that raised: resolved by the one on_error rule, never dropped."""
         return {"gate": gate, "action": "error", "error": f"{type(error).__name__}: {error}"[:300],
-                "applied": ON_ERROR[self.policy.on_error][gate]}
+                "applied": on_error_action(self.policy.on_error, gate)}
 
-    async def _decide(self, gate: str, ask: Callable[[], Any]) -> dict | None:
-        """``ask()``'s decision as a record, or None when the gate answers None. Gates run torch: a worker thread
+    async def _decide(self, moment: str, ask: Callable[[], Any]) -> dict | None:
+        """``ask()``'s decision at ``moment`` as a record, or None when the gates answer None. Gates run torch: a
+        worker thread
         keeps the event loop serving other requests meanwhile. The gate-latency histogram includes the wait for a
         free worker; the decision's own ``latency_ms`` is featurizing + forward only."""
         start = time.perf_counter()
         try:
             decision = await to_thread.run_sync(ask, limiter=self.limiter)
         except Exception as e:  # a gate failure is recorded and resolved by on_error, never dropped
+            gate = self._gate_at(moment, e)
             self.metrics.gate_errors.labels(gate).inc()
             self.metrics.gate_latency.labels(gate).observe(time.perf_counter() - start)
             return self._failed(gate, e)
         if decision is None:
             return None
-        self.metrics.gate_latency.labels(gate).observe(time.perf_counter() - start)
+        self.metrics.gate_latency.labels(decision.gate).observe(time.perf_counter() - start)
         record = asdict(decision)
         record["applied"] = record["action"]
         return record
 
     async def tool_call(self, context: list[dict], tools: list[dict], call: dict) -> dict | None:
-        """ToolGate on a proposed ``call``: execute or skip (None: no ToolGate)."""
-        if not self._loaded("toolgate"):
+        """The pre_call gates (ToolGate) on a proposed ``call``: execute or skip (None: none loaded)."""
+        if not self._asks("pre_call"):
             return None
-        return await self._decide("toolgate", partial(self.gates.tool_call, context, tools, call))
+        return await self._decide("pre_call", partial(self.gates.tool_call, context, tools, call))
 
     async def answer(self, context: list[dict], tools: list[dict], body: dict) -> dict | None:
-        """G-STEP on the final answer of ``body``'s first choice: commit or continue (None: no G-STEP). It reads the
-        completion's token log-probs, token counts and finish reason with the answer."""
-        if not self._loaded("g_step"):
+        """The on_answer gates (G-STEP) on the final answer of ``body``'s first choice: commit or continue (None:
+        none loaded). They read the completion's token log-probs, token counts and finish reason with the answer."""
+        if not self._asks("on_answer"):
             return None
         choice = body["choices"][0]
-        return await self._decide("g_step", partial(self.gates.answer, context, tools, choice["message"]["content"],
+        return await self._decide("on_answer", partial(self.gates.answer, context, tools, choice["message"]["content"],
                                                     token_logprobs(choice), usage=body.get("usage"),
                                                     finish_reason=choice.get("finish_reason")))
 
@@ -158,13 +167,13 @@ class Gater:
         try:
             decision, prompt, state = self.gates.probe_first_prompt(backend, messages, tools)
         except Exception as e:  # noqa: BLE001 - recorded and resolved by on_error, never dropped
-            record = {**self._failed("probe_prefill", e),
+            record = {**self._failed(self._gate_at("pre_generation", e), e),
                       "latency_ms": round((time.perf_counter() - started) * 1000, 3)}
             prompt, state = "", None
         else:
             record = asdict(decision)
             record["applied"] = record["action"]
-        prefill = "" if record["applied"] == "none" else self.prefill_text(record["applied"])
+        prefill = self.prefill_text(record["gate"], record["applied"])
         record["prefill"] = prefill     # the message never shows a soft one: the decision says what steered it
         records.append(record)
         return prompt, state, prefill, self.policy.prefill_style == "hard"
@@ -225,7 +234,7 @@ class Gater:
                     skipped = set()
                 decisions.extend(records)
                 for r in records:
-                    self.metrics.decisions.labels("toolgate", r["applied"]).inc()
+                    self.metrics.decisions.labels(r["gate"], r["applied"]).inc()
                 self.metrics.skipped_calls.inc(len(skipped))
                 if skipped and len(skipped) == len(turn["tool_calls"]):
                     reasks += 1
@@ -247,7 +256,7 @@ class Gater:
             if rec["applied"] == "continue" and continues >= self.policy.max_continues:
                 rec.update(applied="commit", reason="continue_limit")
             decisions.append(rec)
-            self.metrics.decisions.labels("g_step", rec["applied"]).inc()
+            self.metrics.decisions.labels(rec["gate"], rec["applied"]).inc()
             if rec["applied"] != "continue":
                 break
             continues += 1

@@ -41,7 +41,7 @@ from data_builders.agent import prompts as P
 from data_builders.agent.parsing import TOOL_CALL_CLOSE, TOOL_CALL_OPEN, ToolCall, parse_tool_call
 from data_builders.backends.base import SamplingParams
 from data_builders.environments.base import serialize
-from runtime.controller_hooks import prefill_text
+from data_builders.protocol import CALL_PREFILL
 from runtime.messages import check_tools, episode_from_openai
 
 from .protocol import APIError, ChatResponse, validation_error
@@ -61,9 +61,9 @@ def _stops(value: Any) -> tuple[str, ...]:
 
 def forced_call_prefix(tool_choice: Any, call_format: str) -> str:
     """The forced opening of the policy's turn for a ``tool_choice`` that decides the call: "required" opens a call
-    (the hard "use" prefill), a named function opens that function's call up to its arguments; "" otherwise."""
+    (the forced call prefix), a named function opens that function's call up to its arguments; "" otherwise."""
     if tool_choice == "required":
-        return prefill_text("use", "hard", call_format)
+        return CALL_PREFILL[call_format]
     if isinstance(tool_choice, dict):
         text = P.tool_call_text(tool_choice["function"]["name"], {}, call_format)
         return text[:text.rindex("{}")]      # ... "arguments": | "parameters":  — the policy writes the rest

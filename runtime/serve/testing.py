@@ -19,6 +19,7 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import StreamingResponse
 
+from data_builders.gates import gates_at
 from runtime.controller_hooks import GateDecision
 
 from .server import uvicorn_config
@@ -142,15 +143,13 @@ class ForcedGates:
     seen: list = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    # As runtime.api.Gates holds None for a gate it did not load: a gate with no decision to give is not loaded
-    # (the gating layer does not ask it, and a streamed request does not hold the text it would have judged).
-    @property
-    def toolgate(self) -> bool | None:
-        return True if self.tool_actions or self.default_tool is not None else None
-
-    @property
-    def g_step(self) -> bool | None:
-        return True if self.answer_actions or self.default_answer is not None else None
+    # As runtime.api.Gates.at lists the gates it loaded at a moment: a gate with no decision to give is not loaded
+    # (the gating layer does not ask it, and a streamed request does not hold the text it would have judged). The
+    # forced decisions are those of the registry's first gate at pre_call and at on_answer.
+    def at(self, moment: str) -> list[str]:
+        loaded = {"pre_call": bool(self.tool_actions) or self.default_tool is not None,
+                  "on_answer": bool(self.answer_actions) or self.default_answer is not None}
+        return [gates_at(moment)[0].name] if loaded.get(moment) else []
 
     def _next(self, gate: str, queue: list, default: str | None, record: dict) -> GateDecision | None:
         start = time.perf_counter()
@@ -165,12 +164,12 @@ class ForcedGates:
         return GateDecision(gate, action, 0.9 if positive else 0.1, 0.5, (time.perf_counter() - start) * 1000)
 
     def tool_call(self, messages: list[dict], tools: list[dict], call: dict) -> GateDecision | None:
-        return self._next("toolgate", self.tool_actions, self.default_tool,
+        return self._next(gates_at("pre_call")[0].name, self.tool_actions, self.default_tool,
                           {"messages": list(messages), "tools": tools, "call": call})
 
     def answer(self, messages: list[dict], tools: list[dict], answer: str, logprobs: list[float] | None,
                *, usage: dict | None = None, finish_reason: str | None = None) -> GateDecision | None:
-        return self._next("g_step", self.answer_actions, self.default_answer,
+        return self._next(gates_at("on_answer")[0].name, self.answer_actions, self.default_answer,
                           {"messages": list(messages), "answer": answer, "logprobs": logprobs, "usage": usage,
                            "finish_reason": finish_reason})
 

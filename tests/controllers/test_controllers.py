@@ -74,23 +74,23 @@ def test_contract_mismatch_is_a_clear_error():
 def test_a_checkpoint_s_named_columns_must_be_the_featurizer_s(tmp_path):
     """ToolGate records its structural columns: a featurizer computing other columns (a renamed, dropped or
     reordered feature) is refused on load, naming them, instead of feeding shifted columns to the weights."""
-    from data_builders.features import FEATURIZERS
+    from data_builders.gates import gate_of_kind
 
-    names = list(FEATURIZERS["flip"].feature_names)
-    gate = ToolGateLogistic(contract=make_contract(FEATURIZERS["flip"].id, "m@1", [384 + len(names)],
+    names = list(gate_of_kind("flip").featurizer.feature_names)
+    gate = ToolGateLogistic(contract=make_contract(gate_of_kind("flip").featurizer.id, "m@1", [384 + len(names)],
                                                    feature_names=names, tools_seen=["convert_units"]))
     gate.save_pretrained(tmp_path / "g")
     loaded = controllers.load(tmp_path / "g")
     assert loaded.contract["feature_names"] == names and loaded.contract["tools_seen"] == ["convert_units"]
-    loaded.check_contract(featurizer=FEATURIZERS["flip"].id, feature_names=FEATURIZERS["flip"].feature_names)
+    loaded.check_contract(featurizer=gate_of_kind("flip").featurizer.id, feature_names=gate_of_kind("flip").featurizer.feature_names)
     with pytest.raises(ContractMismatch, match=r"not computed now: \['no_args'\]; new: \['tool=other'\]"):
         loaded.check_contract(feature_names=[n if n != "no_args" else "tool=other" for n in names])
     with pytest.raises(ContractMismatch, match="the order differs"):
         loaded.check_contract(feature_names=names[::-1])
     # a checkpoint from before columns were recorded: the featurizer version alone decides
-    ToolGateLogistic(contract=make_contract(FEATURIZERS["flip"].id, "m@1", [8])).check_contract(feature_names=names)
+    ToolGateLogistic(contract=make_contract(gate_of_kind("flip").featurizer.id, "m@1", [8])).check_contract(feature_names=names)
     with pytest.raises(ValueError, match="contract.feature_names must be a list of strings"):
-        ToolGateLogistic(contract=make_contract(FEATURIZERS["flip"].id, "m@1", [8], feature_names="step"))
+        ToolGateLogistic(contract=make_contract(gate_of_kind("flip").featurizer.id, "m@1", [8], feature_names="step"))
 
 
 def test_unknown_type_corrupt_weights_and_missing_files_are_clear_errors(tmp_path):

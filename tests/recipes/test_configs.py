@@ -20,6 +20,7 @@ from hydra.utils import instantiate
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 
 import recipes
+from data_builders.gates import gate_named
 from data_builders.agent.loop import AgentConfig
 from data_builders.metrics import hardware
 from data_builders.metrics.pte import PTEConfig
@@ -196,7 +197,7 @@ def test_committed_checkpoints_are_written_once_and_exist():
     for name, path in paths.items():     # under its recipe's export directory (tool_sft_v2: recipe=tool_sft)
         recipe = re.sub(r"_v\d+$", "", name)
         assert path.startswith(f"checkpoints/{recipe}/") and (REPO / path).is_dir(), path
-    assert [cfg.arms.probe.checkpoint, cfg.arms.toolgate.checkpoint, cfg.arms.g_step.checkpoint] == \
+    assert [cfg.arms.probe_prefill.checkpoint, cfg.arms.toolgate.checkpoint, cfg.arms.g_step.checkpoint] == \
         [paths["probe_prefill"], paths["toolgate"], paths["g_step"]]
     for path in ROOT.rglob("*.yaml"):                    # no other file spells a committed path out
         if path.name != "reference.yaml":
@@ -297,7 +298,7 @@ def schema_classes() -> set[type]:
 
 def test_every_schema_field_has_a_default_or_is_documented_as_required():
     classes = schema_classes()
-    assert {schema.SFTDirectRule, schema.GStepMLPArgs, schema.ServeGates, schema.HardwareConfig} <= classes
+    assert {schema.SFTDirectRule, gate_named("g_step").args, schema.ServeGates, schema.HardwareConfig} <= classes
     for cls in classes:
         for f in dataclasses.fields(cls):
             where = f"{cls.__name__}.{f.name}"
@@ -366,7 +367,7 @@ def yaml_files() -> list[Path]:
 def test_no_yaml_file_restates_a_schema_default():
     assert restated({"shard_size": 32, "limit": 5, "kind": "flip"}, node_defaults(schema.BuildConfig)) == ["shard_size"]
     assert restated({"recipe": {"points": {"build": {"max_rounds": 4}}}},
-                    node_defaults(schema.GStepRecipe), "") == []   # a free-form node's keys: see the next line
+                    node_defaults(schema.controller_recipe(gate_named("g_step"))), "") == []   # a free-form node's keys: see the next line
     assert restated({"build": {"max_rounds": 4, "limit": 32}}, {"build": {}}, "points") == ["points.build.max_rounds"]
     found = []
     for path in yaml_files():
@@ -404,7 +405,7 @@ def test_no_yaml_file_restates_a_schema_default():
     ("fit", ["recipe=pte_grpo", "recipe.reward.normaliser=-2"], r"normaliser=-2: must be auto or a positive"),
     ("fit", ["recipe=pte_grpo", "recipe.reward.kind=ptee"], r"kind='ptee': choose one of pte, otc"),
     ("fit", ["recipe=g_step", "model.dtype=fp8"], r"model.dtype='fp8': choose one of auto, float32"),
-    ("evaluate", ["arms.probe.taus=[0.5,1.5]"], r"arms.probe.taus=\[0.5, 1.5\]: \[1.5\]: each τ is a number in"),
+    ("evaluate", ["arms.probe_prefill.taus=[0.5,1.5]"], r"arms.probe_prefill.taus=\[0.5, 1.5\]: \[1.5\]: each τ is a number in"),
     ("evaluate", ["executor=ray", "executor.workers=0"], r"executor.workers=0: must be >= 1"),
     ("rollout", ["backend=vllm", "backend.gpu_memory_utilization=1.2"], r"gpu_memory_utilization=1.2: must be <= 1"),
     # inf passes a gt=0 bound and nan fails every bound with a message about the bound: both are refused as such

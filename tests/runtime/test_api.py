@@ -14,14 +14,13 @@ from data_builders.agent import prompts as P
 from data_builders.agent.hooks import Hooks
 from data_builders.agent.loop import Agent, AgentConfig
 from data_builders.backends.base import Backend, Generation
-from data_builders.features import FEATURIZERS
+from data_builders.gates import gate_named, gate_of_kind
 from data_builders.features.gstep import N_FEATURES
 from data_builders.features.toolgate import EMBEDDING_DIM, structural_names
 from data_builders.tasks.schema import Task
 from runtime.api import SKIPPED_TOOL_MESSAGE, Gates
-from runtime.controller_hooks import (GStep, ProbePrefill, ToolGate, gstep_input, probe_input,
-                                      toolgate_input)
-from runtime.messages import answer_episode, to_openai, toolgate_episode
+from runtime.controller_hooks import GateHook
+from runtime.messages import answer_episode, to_openai, call_episode
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -76,7 +75,7 @@ class Recorder(Hooks):
     """The loop's hooks, recording what each one saw (a deep copy: the loop keeps mutating its lists), the
     controller input its featurizer computed, and its decision."""
 
-    def __init__(self, probe: ProbePrefill | None, gate: ToolGate, gstep: GStep):
+    def __init__(self, probe: GateHook | None, gate: GateHook, gstep: GateHook):
         self.probe, self.gate, self.gstep = probe, gate, gstep
         self.hidden_layers = probe.hidden_layers if probe else None
         self.points: list[dict] = []
@@ -84,28 +83,28 @@ class Recorder(Hooks):
     def pre_generation(self, task, state):
         if self.probe is None:
             return None
-        self.points.append(dict(gate="probe_prefill", task=task, x=probe_input(state),
+        self.points.append(dict(gate="probe_prefill", task=task, x=gate_named("probe_prefill").run_input(state),
                                 decision=self.probe.decision(state)))
         return self.probe.pre_generation(task, state)
 
     def pre_call(self, episode, call):
         d = self.gate.decision(episode, call)
         self.points.append(dict(gate="toolgate", task=episode.task, n=len(episode.messages),
-                                view=copy.deepcopy(episode), x=toolgate_input(episode, call), decision=d))
+                                view=copy.deepcopy(episode), x=gate_named("toolgate").run_input(episode, call), decision=d))
         return d.action
 
     def on_answer(self, episode, answer_text):
         d = self.gstep.decision(episode, answer_text)
         self.points.append(dict(gate="g_step", task=episode.task, n=len(episode.messages),
-                                view=copy.deepcopy(episode), x=gstep_input(episode, answer_text), decision=d))
+                                view=copy.deepcopy(episode), x=gate_named("g_step").run_input(episode, answer_text), decision=d))
         return d.action
 
 
 def run_recorded(backend, tasks, gates: Gates, config: AgentConfig, style="soft"):
-    probe = ProbePrefill(gates.probe_prefill, gates.taus.get("probe_prefill"), style, gates.call_format) \
-        if gates.probe_prefill is not None else None
-    hooks = Recorder(probe, ToolGate(gates.toolgate, gates.taus.get("toolgate")),
-                     GStep(gates.g_step, gates.taus.get("g_step")))
+    probe = GateHook("probe_prefill", gates.probe_prefill, gates.taus.get("probe_prefill"),
+                     {"style": style, "call_format": gates.call_format}) if gates.probe_prefill is not None else None
+    hooks = Recorder(probe, GateHook("toolgate", gates.toolgate, gates.taus.get("toolgate")),
+                     GateHook("g_step", gates.g_step, gates.taus.get("g_step")))
     agent = Agent(backend, config, hooks)
     trajs = {t.task_id: t for t in agent.run(tasks)}
     tools = {t.id: agent._start(t, -1).tools for t in tasks}
@@ -135,13 +134,13 @@ def check_both_ways(trajs, tools, points, gates: Gates, *, counter_backend=None,
             # alternate the two ways a client names the call: the proposing message, or its tool call
             call = oa[n] if k % 2 else oa[n]["tool_calls"][0]
             history = oa[:n] if k % 2 else oa[: n + 1]
-            view, parsed = toolgate_episode(history, tools[task.id], call, task=meta(task),
+            view, parsed = call_episode(history, tools[task.id], call, task=meta(task),
                                             call_format=gates.call_format)
             loop_view = pt["view"]
             assert view.messages == loop_view.messages and view.round == loop_view.round
             assert [(c.name, c.args, c.status, c.result) for c in view.calls] == \
                    [(c.name, c.args, c.status, c.result) for c in loop_view.calls]
-            assert torch.equal(toolgate_input(view, parsed), pt["x"])
+            assert torch.equal(gate_named("toolgate").run_input(view, parsed), pt["x"])
             d_api = gates.tool_call(history, tools[task.id], call, task=meta(task))
             assert (d_api.action, d_api.probability, d_api.tau) == (d_loop.action, d_loop.probability, d_loop.tau)
         else:
@@ -151,17 +150,17 @@ def check_both_ways(trajs, tools, points, gates: Gates, *, counter_backend=None,
             view, text = answer_episode(oa[:n], tools[task.id], ans["content"], ans["logprobs"],
                                         call_format=gates.call_format, **kw)
             assert view.messages == pt["view"].messages and view.round == pt["view"].round
-            assert torch.equal(gstep_input(view, text), pt["x"])
+            assert torch.equal(gate_named("g_step").run_input(view, text), pt["x"])
             d_api = gates.answer(oa[:n], tools[task.id], ans["content"], ans["logprobs"], **kw)
             assert (d_api.action, d_api.probability, d_api.tau) == (d_loop.action, d_loop.probability, d_loop.tau)
             if counter_backend is not None:
                 # no usage on any message: the policy's tokenizer recounts the prompts, the log-probs the tokens
                 bare = [{k2: v for k2, v in m.items() if k2 != "usage"} for m in oa[: n + 1]]
-                counted = Gates(g_step=gates.g_step, call_format=gates.call_format, counter=counter_backend)
+                counted = Gates({"g_step": gates.g_step}, call_format=gates.call_format, counter=counter_backend)
                 view2, text2 = answer_episode(bare[:n], tools[task.id], ans["content"], ans["logprobs"],
                                               finish_reason=ans["finish_reason"], task=meta(task),
                                               call_format=gates.call_format, counter=counter_backend)
-                assert torch.equal(gstep_input(view2, text2), pt["x"])
+                assert torch.equal(gate_named("g_step").run_input(view2, text2), pt["x"])
                 d2 = counted.answer(bare[:n], tools[task.id], ans["content"], ans["logprobs"],
                                     finish_reason=ans["finish_reason"], task=meta(task))
                 assert d2.probability == d_loop.probability
@@ -189,9 +188,9 @@ def tiny_gates(tiny_backend, tmp_path_factory):
     torch.manual_seed(0)
     root = tmp_path_factory.mktemp("gates")
     width = EMBEDDING_DIM + len(structural_names())
-    ctrl = {"toolgate": ToolGateLogistic(contract=make_contract(FEATURIZERS["flip"].id, policy, [width])),
-            "g_step": GStepMLP(contract=make_contract(FEATURIZERS["commit"].id, policy, [N_FEATURES]), hidden=8),
-            "probe_prefill": LinearProbe(contract=make_contract(FEATURIZERS["probe"].id, policy,
+    ctrl = {"toolgate": ToolGateLogistic(contract=make_contract(gate_of_kind("flip").featurizer.id, policy, [width])),
+            "g_step": GStepMLP(contract=make_contract(gate_of_kind("commit").featurizer.id, policy, [N_FEATURES]), hidden=8),
+            "probe_prefill": LinearProbe(contract=make_contract(gate_of_kind("probe").featurizer.id, policy,
                                                                [tiny_backend.n_layers + 1,
                                                                 tiny_backend.config.hidden_size]))}
     for name, c in ctrl.items():
@@ -231,7 +230,7 @@ def test_skipped_tool_message_is_the_loops_and_reads_back_as_skipped(tiny_gates)
                                                           "arguments": '{"expression": "2+2"}'}}
     msgs = [{"role": "user", "content": "What is 2+2?"}, {"role": "assistant", "content": None, "tool_calls": [call]},
             {"role": "tool", "tool_call_id": "c1", "content": SKIPPED_TOOL_MESSAGE}]
-    view, _ = toolgate_episode(msgs, [], {**call, "id": "c2"}, call_format="xml")
+    view, _ = call_episode(msgs, [], {**call, "id": "c2"}, call_format="xml")
     assert [c.status for c in view.calls] == ["skipped"]
     assert gates.tool_call(msgs, [], {**call, "id": "c2"}).gate == "toolgate"
 

@@ -7,7 +7,7 @@ import pytest
 
 from data_builders.agent import prompts as P
 from runtime.messages import (answer_episode, assistant_text, call_format_of, episode_from_openai,
-                              split_user_prompt, to_openai, toolgate_episode)
+                              split_user_prompt, to_openai, call_episode)
 
 TOOLS = [{"type": "function", "function": {"name": "evaluate_expression", "parameters": {}}}]
 
@@ -101,12 +101,12 @@ def test_plain_text_tool_results_become_a_result_payload():
 
 def test_pending_call_view_is_taken_before_the_proposing_message():
     msgs = episode()
-    view, parsed = toolgate_episode(msgs, TOOLS, call("42+0", "c2"))
+    view, parsed = call_episode(msgs, TOOLS, call("42+0", "c2"))
     assert len(view.messages) == len(msgs) and view.round == 1 and len(view.turns) == 2
     assert [c.args["expression"] for c in view.calls] == ["6*7"] and parsed.arguments == {"expression": "42+0"}
     # the same question with the proposing message already in the history
     proposing = {"role": "assistant", "content": None, "tool_calls": [call("42+0", "c2")]}
-    again, _ = toolgate_episode(msgs + [proposing], TOOLS, call("42+0", "c2"))
+    again, _ = call_episode(msgs + [proposing], TOOLS, call("42+0", "c2"))
     assert again.messages == view.messages and again.round == view.round
 
 
@@ -204,7 +204,7 @@ def test_bad_tools_call_answer_and_task_are_refused():
     with pytest.raises(ValueError, match=r"tools\[0\]"):
         episode_from_openai(episode(), [{"name": "f"}])
     with pytest.raises(ValueError, match="call: expected an OpenAI tool call"):
-        toolgate_episode(episode(), TOOLS, "evaluate_expression(1)")
+        call_episode(episode(), TOOLS, "evaluate_expression(1)")
     with pytest.raises(ValueError, match="answer.usage.prompt_tokens: G-STEP reads each turn's token counts"):
         answer_episode([{"role": "user", "content": "q"}], TOOLS, "\\boxed{1}", None)
     with pytest.raises(ValueError, match="answer: this text is a tool call"):
@@ -221,6 +221,6 @@ def test_bad_tools_call_answer_and_task_are_refused():
     # earlier turns without counts are fine for ToolGate, refused for G-STEP, naming the message
     msgs = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "hmm"},
             {"role": "user", "content": "go"}]
-    toolgate_episode(msgs, TOOLS, call("1"))
+    call_episode(msgs, TOOLS, call("1"))
     with pytest.raises(ValueError, match=r"messages\[1\]\.usage\.prompt_tokens"):
         answer_episode(msgs, TOOLS, "\\boxed{1}", [-0.1], usage={"prompt_tokens": 3, "completion_tokens": 1})

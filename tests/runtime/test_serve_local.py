@@ -22,10 +22,11 @@ from controllers import LinearProbe, make_contract  # noqa: E402
 from data_builders.agent.loop import Agent, AgentConfig  # noqa: E402
 from data_builders.backends.base import Generation  # noqa: E402
 from data_builders.backends.chat import ChatText  # noqa: E402
-from data_builders.features import FEATURIZERS  # noqa: E402
+from data_builders.gates import gate_of_kind  # noqa: E402
 from data_builders.tasks.schema import Task  # noqa: E402
 from runtime.api import Gates  # noqa: E402
-from runtime.controller_hooks import ProbePrefill, prefill_text  # noqa: E402
+from data_builders.gates.probe_prefill import prefill_text  # noqa: E402
+from runtime.controller_hooks import GateHook  # noqa: E402
 from runtime.messages import call_format_of, to_openai  # noqa: E402
 from runtime.serve import create_app  # noqa: E402
 from runtime.serve.__main__ import build  # noqa: E402
@@ -53,7 +54,7 @@ def probes(tiny_backend, tmp_path_factory):
     shape = [tiny_backend.n_layers + 1, tiny_backend.config.hidden_size]
     out = {}
     for action, bias in (("use", 20.0), ("skip", -20.0)):
-        probe = LinearProbe(contract=make_contract(FEATURIZERS["probe"].id, tiny_backend.fingerprint, shape))
+        probe = LinearProbe(contract=make_contract(gate_of_kind("probe").featurizer.id, tiny_backend.fingerprint, shape))
         with torch.no_grad():
             for p in probe.parameters():
                 p.zero_()
@@ -75,7 +76,7 @@ def loop_first_turn(backend, task, probe_path, style):
     """The first assistant message toolwise's own loop writes on ``task`` with the probe, and the OpenAI messages
     and tools that lead to it."""
     gates = Gates.load(probe_prefill=probe_path)
-    hook = ProbePrefill(gates.probe_prefill, None, style, gates.call_format)
+    hook = GateHook("probe_prefill", gates.probe_prefill, None, {"style": style, "call_format": gates.call_format})
     agent = Agent(backend, AgentConfig(mode="default", max_rounds=1, max_new_tokens=MAX_TOKENS), hook)
     traj = agent.run([task])[0]
     tools = agent._start(task, -1).tools

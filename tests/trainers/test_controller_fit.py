@@ -20,8 +20,7 @@ from safetensors.torch import load_file
 
 import controllers
 import recipes
-from data_builders.features import FEATURIZERS
-from data_builders.points.labelers import label_rule
+from data_builders.gates import gate_of_kind
 from data_builders.points.store import ManifestMismatch, PointStore, load_points
 from trainers.controller.metrics import binary_metrics
 
@@ -66,7 +65,7 @@ def write_dataset(root: Path, kind: str, rows: list[dict], tensors: dict[str, to
     """A decision-point dataset as data_builders.build writes it: manifest, parquet + safetensors shards."""
     manifest = {"kind": kind, "task_hash": task_hash, "n_tasks": len({r["task_id"] for r in rows}),
                 "task_source": task_source or {"source": "synthetic"}, "backend": BACKEND,
-                "featurizer": FEATURIZERS[kind].id, "label_rule": label_rule(kind, {"commit_label": "wrong"}),
+                "featurizer": gate_of_kind(kind).featurizer.id, "label_rule": gate_of_kind(kind).label_rule({"commit_label": "wrong"}),
                 "shard_size": shard_size, "builder": {"max_rounds": 4, "val_fraction": 0.15, "seed": 0},
                 **manifest_over}
     store = PointStore(root, manifest)
@@ -189,7 +188,7 @@ def test_export_directory_and_loaded_controller(fitted):
     assert type(c) is CONTROLLER[name]
     assert c.tau == metrics["calibration"]["tau"] and c.temperature == metrics["calibration"]["temperature"]
     assert c.contract["backend"] == manifest["backend"] == BACKEND
-    assert c.contract["featurizer"] == FEATURIZERS[KIND[name]].id == manifest["featurizer"]
+    assert c.contract["featurizer"] == gate_of_kind(KIND[name]).featurizer.id == manifest["featurizer"]
     assert c.contract["kind"] == KIND[name] and c.contract["label_rule"] == manifest["label_rule"]
     assert c.contract["task_hash"] == manifest["task_hash"]
     c.check_contract(featurizer=manifest["featurizer"], backend=manifest["backend"])
@@ -197,7 +196,7 @@ def test_export_directory_and_loaded_controller(fitted):
     assert metrics["points"] == {s: points.points["split"].count(s) for s in ("train", "val", "test")}
     assert metrics["dataset"] == str(data)
     assert metrics["calibration"]["tau_method"] == cfg.recipe.calibration.tau_method
-    x0 = FEATURIZERS[KIND[name]].controller_input(points.features)
+    x0 = gate_of_kind(KIND[name]).featurizer.controller_input(points.features)
     assert c.contract["input_shape"] == list(x0.shape[1:])
     # the resolved config is the one that ran
     saved = OmegaConf.load(out / "train_config.yaml")
@@ -217,7 +216,7 @@ def test_learns_the_signal_and_the_export_is_what_was_evaluated(fitted):
     weights = load_file(str(out / "model.safetensors"))
     for split in ("val", "test"):
         part = points.split(split)
-        x = FEATURIZERS[KIND[name]].controller_input(part.features)
+        x = gate_of_kind(KIND[name]).featurizer.controller_input(part.features)
         p = c.predict_proba(x)
         by_hand = torch.sigmoid(manual_logits(name, weights, x, getattr(c, "layers", None)) / c.temperature)
         torch.testing.assert_close(p, by_hand, rtol=1e-4, atol=1e-5)
@@ -249,7 +248,7 @@ def test_calibration_follows_the_recipe(fitted):
     c = controllers.load(out).eval()
     val = load_points(data).split("val")
     with torch.no_grad():
-        logits = c.logits(FEATURIZERS[KIND[name]].controller_input(val.features))
+        logits = c.logits(gate_of_kind(KIND[name]).featurizer.controller_input(val.features))
     assert fit_temperature(logits, val.labels) == pytest.approx(c.temperature, rel=1e-4)
     probs = torch.sigmoid(logits / c.temperature).numpy()
     assert choose_tau(probs, val.labels.numpy(), rc.tau_method, rc.tau_value) == pytest.approx(c.tau, rel=1e-5)

@@ -13,11 +13,12 @@ from controllers import GStepMLP, LinearProbe, ToolGateLogistic, make_contract
 from data_builders.agent.loop import Agent, AgentConfig
 from data_builders.agent.trajectory import read_trajectories
 from data_builders.backends.base import PrefillState
-from data_builders.features import FEATURIZERS
+from data_builders.gates import gate_of_kind
 from data_builders.features.gstep import N_FEATURES
 from data_builders.features.toolgate import EMBEDDING_DIM, structural_names
 from recipes import compose
-from runtime.controller_hooks import SOFT_PREFILL, ProbePrefill
+from data_builders.gates.probe_prefill import SOFT_PREFILL
+from runtime.controller_hooks import GateHook
 from tests.doubles import CALL, ScriptedBackend, calc_task
 from trainers.evaluate.run import curve_area, deltas, run
 
@@ -66,16 +67,16 @@ def export(c, path):
 @pytest.fixture()
 def checkpoints(tmp_path):
     policy = "scripted@0"
-    probe = LinearProbe(contract=make_contract(FEATURIZERS["probe"].id, policy, [N_LAYERS, D]), tau=0.5)
+    probe = LinearProbe(contract=make_contract(gate_of_kind("probe").featurizer.id, policy, [N_LAYERS, D]), tau=0.5)
     with torch.no_grad():
         probe.linear.weight.zero_()
         probe.linear.weight[0, 0] = 4.0          # layer 0, unit 0: +1 -> p=0.98, -1 -> p=0.02
         probe.linear.bias.zero_()
     width = EMBEDDING_DIM + len(structural_names())
-    gate = ToolGateLogistic(contract=make_contract(FEATURIZERS["flip"].id, policy, [width]), tau=0.5)
-    gstep = GStepMLP(contract=make_contract(FEATURIZERS["commit"].id, policy, [N_FEATURES]), tau=0.99, hidden=4,
+    gate = ToolGateLogistic(contract=make_contract(gate_of_kind("flip").featurizer.id, policy, [width]), tau=0.5)
+    gstep = GStepMLP(contract=make_contract(gate_of_kind("commit").featurizer.id, policy, [N_FEATURES]), tau=0.99, hidden=4,
                      depth=1)
-    return {"probe": export(probe, tmp_path / "probe"), "toolgate": export(gate, tmp_path / "gate"),
+    return {"probe_prefill": export(probe, tmp_path / "probe"), "toolgate": export(gate, tmp_path / "gate"),
             "g_step": export(gstep, tmp_path / "gstep")}
 
 
@@ -84,7 +85,7 @@ def eval_cfg(tmp_path, ckpt, **over):
                                f"out_dir={tmp_path / 'out'}", "agent.max_rounds=3", "pte.gamma=0.01"])
     # merged, not assigned: the arms are structured configs (recipes/schema.py) that validate a merge
     arms = {"modes": ["force", "default"],
-            "probe": {"checkpoint": ckpt["probe"], "styles": ["soft"], "taus": [0.01, 0.5, 0.99]},
+            "probe_prefill": {"checkpoint": ckpt["probe_prefill"], "styles": ["soft"], "taus": [0.01, 0.5, 0.99]},
             "toolgate": {"checkpoint": ckpt["toolgate"], "taus": ["calibrated"]},
             "g_step": {"checkpoint": ckpt["g_step"], "taus": ["calibrated"]}}
     return OmegaConf.merge(cfg, {"arms": arms}, over)
@@ -169,13 +170,13 @@ def test_sparse_is_not_a_default_arm():
 
 def test_composed_probe_arm_equals_running_the_probe_hook(tmp_path, checkpoints, scripted):
     results = run(eval_cfg(tmp_path, checkpoints))
-    probe = controllers.load(checkpoints["probe"])
+    probe = controllers.load(checkpoints["probe_prefill"])
     composed = [json.loads(line) for line in
                 next((tmp_path / "cache").rglob("prefill_soft_use-*/*.jsonl")).read_text().splitlines()]
     assert len(composed) == len(TASKS)
     for tau in (0.01, 0.5, 0.99):
         direct = Agent(PrefillAwareBackend(SCRIPTS), AgentConfig(mode="default", max_rounds=3),
-                       ProbePrefill(probe, tau, "soft")).run(TASKS)
+                       GateHook("probe_prefill", probe, tau, {"style": "soft"})).run(TASKS)
         acc = sum(t.correct for t in direct) / len(direct)
         calls = sum(t.tool_calls for t in direct) / len(direct)
         arm = results["arms"][f"probe_soft@{tau:.2f}"]["all"]
@@ -183,9 +184,9 @@ def test_composed_probe_arm_equals_running_the_probe_hook(tmp_path, checkpoints,
 
 
 def test_a_controller_of_another_policy_is_refused(tmp_path, checkpoints, scripted):
-    other = LinearProbe(contract=make_contract(FEATURIZERS["probe"].id, "some-other-model@1", [N_LAYERS, D]))
+    other = LinearProbe(contract=make_contract(gate_of_kind("probe").featurizer.id, "some-other-model@1", [N_LAYERS, D]))
     cfg = eval_cfg(tmp_path, checkpoints)
-    cfg.arms.probe.checkpoint = export(other, tmp_path / "other")
+    cfg.arms.probe_prefill.checkpoint = export(other, tmp_path / "other")
     with pytest.raises(controllers.ContractMismatch, match="some-other-model"):
         run(cfg)
 
@@ -295,7 +296,7 @@ def _remove(ckpt: str) -> str:
 
 @pytest.mark.parametrize("arm,damage,says", [
     ("g_step", _truncate_weights, r"model.safetensors: cannot be loaded as a gstep_mlp controller: truncated or corrupt"),
-    ("probe", _truncate_weights, r"model.safetensors: cannot be loaded as a linear_probe controller: truncated or "),
+    ("probe_prefill", _truncate_weights, r"model.safetensors: cannot be loaded as a linear_probe controller: truncated or "),
     ("toolgate", _cut_config, r"config.json: not valid JSON"),
     ("toolgate", _drop_contract, r"config.json: field 'contract': contract must be an object"),
     ("g_step", _remove, r"not a controller directory \(.* does not exist\)"),
@@ -349,7 +350,7 @@ def test_a_failure_in_an_arm_keeps_earlier_arms_and_its_finished_episodes(tmp_pa
     # arms force, then default; one episode at a time, so 9*9 (the last task) starts after the others finished
     cfg = compose("evaluate", ["logger=none", "tasks=builtin", f"cache_dir={tmp_path / 'cache'}",
                                f"out_dir={tmp_path / 'out'}", "agent.max_rounds=3", "agent.max_in_flight=1",
-                               "pte.gamma=0.01", "arms.modes=[force,default]", "arms.probe=null",
+                               "pte.gamma=0.01", "arms.modes=[force,default]", "arms.probe_prefill=null",
                                "arms.toolgate=null", "arms.g_step=null"])
     with pytest.raises(RuntimeError, match="engine crashed"):
         run(cfg)

@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 
 from controllers import GStepMLP, LinearProbe, make_contract
 from data_builders.backends.loading import backend_from_config
-from data_builders.features import FEATURIZERS
+from data_builders.gates import gate_of_kind
 from data_builders.features.gstep import N_FEATURES
 from recipes import compose
 from trainers.evaluate.run import run
@@ -39,13 +39,13 @@ def checkpoints(tiny_model_dir, tmp_path):
     engine = backend_from_config(cfg.model, cfg.backend)
     policy, n_states = engine.fingerprint, engine.n_layers + 1
     torch.manual_seed(0)
-    probe = LinearProbe(contract=make_contract(FEATURIZERS["probe"].id, policy, [n_states, 64]), tau=0.5)
-    gstep = GStepMLP(contract=make_contract(FEATURIZERS["commit"].id, policy, [N_FEATURES]), tau=0.5, hidden=4, depth=1)
+    probe = LinearProbe(contract=make_contract(gate_of_kind("probe").featurizer.id, policy, [n_states, 64]), tau=0.5)
+    gstep = GStepMLP(contract=make_contract(gate_of_kind("commit").featurizer.id, policy, [N_FEATURES]), tau=0.5, hidden=4, depth=1)
     out = {}
     for name, c in (("probe", probe), ("g_step", gstep)):
         c.save_pretrained(tmp_path / name)
         out[name] = str(tmp_path / name)
-    return {"probe": {"checkpoint": out["probe"], "styles": ["soft"], "taus": [0.3, "calibrated"]},
+    return {"probe_prefill": {"checkpoint": out["probe"], "styles": ["soft"], "taus": [0.3, "calibrated"]},
             "g_step": {"checkpoint": out["g_step"], "taus": ["calibrated"]}}
 
 

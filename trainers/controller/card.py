@@ -7,11 +7,9 @@ import json
 from huggingface_hub import ModelCard, ModelCardData
 from omegaconf import DictConfig
 
+from data_builders.gates import gate_of_kind
 from trainers.controller.metrics import metrics_table
 
-ACTIONS = {"probe": "call tools for this task (else the response is prefilled to answer directly)",
-           "flip": "execute the pending tool call (else it is skipped with a no-op tool message)",
-           "commit": "continue with a verification round (else the answer is committed)"}
 
 
 def _named(contract: dict) -> str:
@@ -39,7 +37,7 @@ def controller_card(recipe: DictConfig, controller, metrics: dict, manifest: dic
 
 # {recipe.name}: `{controller.registry_name}`
 
-Decides, at each `{kind}` decision point, whether to **{ACTIONS.get(kind, 'take the positive action')}**:
+Decides, at each `{kind}` decision point, whether to **{gate_of_kind(kind).card_action}**:
 `p = sigmoid(logits / T) ≥ τ` with T = {cal['temperature']:.4f} and τ = {cal['tau']:.4f}
 (τ rule `{cal['tau_method']}` = {cal['tau_value']} on the validation split).
 
@@ -62,12 +60,13 @@ Columns: see `trainers/controller/metrics.py` (`missed` = positives denied the a
 
 ```python
 import controllers
-from data_builders.features import FEATURIZERS
+from data_builders.gates import gate_named
+featurizer = gate_named("{recipe.name}").featurizer
 gate = controllers.load("{export_dir}")
 gate.check_contract(featurizer={{"name": "{manifest['featurizer']['name']}", "version": {manifest['featurizer']['version']}}},
                     backend="{manifest['backend']}",
-                    feature_names=FEATURIZERS["{kind}"].feature_names)
-p = gate.predict_proba(x)      # x from data_builders.features.FEATURIZERS["{kind}"].controller_input(...)
+                    feature_names=featurizer.feature_names)
+p = gate.predict_proba(x)      # x from featurizer.controller_input(...)
 ```
 
 ## Reproduce

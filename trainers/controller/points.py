@@ -16,7 +16,6 @@ from omegaconf import DictConfig, OmegaConf
 
 import data_builders.build
 from data_builders.backends.loading import resolve_dtype
-from data_builders.features import FEATURIZERS
 from data_builders.gates import gate_named
 from data_builders.points.store import CorruptDataset, PointSet, load_points, read_manifest
 from recipes import compose
@@ -57,12 +56,12 @@ def decision_points(cfg: DictConfig, command: str = "python -m trainers.fit") ->
     else:
         print(f"reusing {kind} decision points from {build.out_dir}")
     try:
-        points = load_points(build.out_dir, kind=kind, featurizer=FEATURIZERS[kind].id)
+        points = load_points(build.out_dir, kind=kind, featurizer=gate_named(cfg.recipe.name).featurizer.id)
     except CorruptDataset as e:
         if cfg.recipe.points.get("dir"):
             raise
         # our own dataset, damaged on disk: the build recomputes exactly the damaged shards
         print(f"repairing {kind} decision points in {build.out_dir}:\n{e}")
         data_builders.build.run(build, command=f"{command} (its decision-point build)")
-        points = load_points(build.out_dir, kind=kind, featurizer=FEATURIZERS[kind].id)
+        points = load_points(build.out_dir, kind=kind, featurizer=gate_named(cfg.recipe.name).featurizer.id)
     return points, build

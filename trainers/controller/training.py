@@ -18,8 +18,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from controllers import REGISTRY, Controller, make_contract
-from data_builders.features import FEATURIZERS
-from data_builders.gates import gate_named
+from data_builders.gates import gate_named, gate_of_kind
 from data_builders.points.store import PointSet
 
 from trainers.controller.module import ControllerModule, TensorDataModule, balanced_weights
@@ -36,13 +35,13 @@ def split_tensors(points: PointSet, kind: str) -> dict[str, tuple[torch.Tensor, 
     out = {}
     for s in SPLITS:
         part = points.split(s)
-        out[s] = (FEATURIZERS[kind].controller_input(part.features), part.labels, part)
+        out[s] = (gate_of_kind(kind).featurizer.controller_input(part.features), part.labels, part)
     return out
 
 
 def new_controller(recipe: DictConfig, points: PointSet, x_train: torch.Tensor, **override) -> Controller:
     m = points.manifest
-    names = FEATURIZERS[m["kind"]].feature_names
+    names = gate_of_kind(m["kind"]).featurizer.feature_names
     # the tools the flip points' calls named: which tools the gate has seen (its card and the evaluator say
     # when a decision is about a tool outside them; the features themselves name no tool)
     tools = sorted(set(points.points["tool"])) if "tool" in points.points.column_names else None

@@ -9,7 +9,7 @@ Probe&Prefill is evaluated the way it is deployed but without one rollout per τ
 decoding an episode depends on the probe only through its round-1 prefill, which is the use-tool sentence
 when ``p ≥ τ`` and the skip-tool one otherwise. So the evaluator rolls out every task once with each
 prefill, scores every task's probe probability once, and assembles the arm at each τ by picking per task
-the trajectory of the decision the probe makes at that τ — the same trajectories a ``ProbePrefill`` hook
+the trajectory of the decision the probe makes at that τ — the same trajectories its ``GateHook``
 produces (tested), at two rollouts per prefill style instead of one per τ.
 
 Rollouts run on the ``executor`` group's engines (``executor=local``: this process; ``executor=ray``: Ray workers,
@@ -23,19 +23,23 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
+import sys
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 import hydra
 import numpy as np
+import torch
 from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
 import controllers
 import data_builders.tasks as task_sources   # called through the module: tests replace tasks_from_config
-from data_builders.agent.hooks import Hooks
+from data_builders.agent.hooks import Hooks, PromptState
 from data_builders.agent.loop import Agent, AgentConfig
 from data_builders.backends.grammar import import_xgrammar
 from data_builders.agent.trajectory import Trajectory, summarize
@@ -44,14 +48,13 @@ from data_builders.backends import malloc
 from data_builders.environments.isolation import announce as announce_sandbox
 from data_builders.backends.loading import REPO_ROOT
 from data_builders.executors import LocalExecutor, executor_from_config, spread
-from data_builders.features.probe import probe_features
-from data_builders.gates import BY_KIND, GATES
+from data_builders.gates import Gate, gate_named, gates
 from data_builders.metrics.patterns import count_patterns
 from data_builders.metrics.pte import PTEConfig, trajectory_pte
 from data_builders.points.store import load_points
 from data_builders.tasks.schema import task_key
 from recipes import CONFIG_DIR
-from runtime.controller_hooks import Cascade, GStep, ProbePrefill, ToolGate, checked, prefill_text
+from runtime.controller_hooks import Cascade, GateHook, checked
 from trainers.evaluate.cache import TrajectoryCache, file_digest, load_scores, store_scores
 from trainers.evaluate.report import COLUMNS, metric_rows, write_report
 from trainers.intervals import BootstrapSpec, mean_interval, paired_difference_interval
@@ -99,15 +102,9 @@ class Loaded:
 
 
 # ---------------------------------------------------------------------------- arms
-def arm_gate(key: str) -> str:
-    """The gate (data_builders.gates) an arm that loads a controller serves: the arm is named by the gate
-    (``toolgate``, ``g_step``) or by its decision-point kind (``probe``)."""
-    return GATES[key].name if key in GATES else BY_KIND[key].name
-
-
-def _controller_arms(arms: DictConfig) -> list[str]:
-    """The run's arms that load a controller: those configured with a checkpoint."""
-    return [key for key in arms if isinstance(arms.get(key), DictConfig) and "checkpoint" in arms[key]]
+def gate_arms(arms: DictConfig) -> list[Gate]:
+    """The run's gate arms (``arms.<gate>`` set, with a checkpoint), in the registry's order."""
+    return [g for g in gates().values() if arms.get(g.name) and arms[g.name].get("checkpoint") is not None]
 
 
 def _checkpoint_dir(path: str) -> Path:
@@ -116,20 +113,19 @@ def _checkpoint_dir(path: str) -> Path:
 
 
 def load_controllers(cfg: DictConfig) -> dict[str, tuple[Any, Path, str]]:
-    """Arm key -> (controller, checkpoint directory, gate) for every controller the run's arms use, each checked as far
-    as it can be without the policy: the directory exists, ``config.json`` parses with a feature contract, the
+    """Gate name -> (controller, checkpoint directory, gate) for every gate arm of the run, each checked as far as
+    it can be without the policy: the directory exists, ``config.json`` parses with a feature contract, the
     safetensors file is complete with finite weights (:func:`controllers.load`), and the contract's featurizer is
-    the arm's gate's. Called before the policy loads (tens of seconds), so a missing or truncated checkpoint fails
-    at once; the error names the arm's key, the checkpoint as configured and the file at fault."""
+    the gate's. Called before the policy loads (tens of seconds), so a missing or truncated checkpoint fails
+    at once; the error names the arm, the checkpoint as configured and the file at fault."""
     out = {}
-    for key in _controller_arms(cfg.arms):
-        gate = arm_gate(key)
-        given = cfg.arms[key].checkpoint
+    for gate in gate_arms(cfg.arms):
+        given = cfg.arms[gate.name].checkpoint
         path = _checkpoint_dir(given)
         try:
-            out[key] = (checked(controllers.load(path), gate, None, strict=False), path, gate)
+            out[gate.name] = (checked(controllers.load(path), gate.name, None, strict=False), path, gate.name)
         except (controllers.ControllerLoadError, controllers.ContractMismatch) as e:
-            raise type(e)(f"arms.{key}.checkpoint={given}: {e}") from None
+            raise type(e)(f"arms.{gate.name}.checkpoint={given}: {e}") from None
     return out
 
 
@@ -145,8 +141,12 @@ def _tau(value, controller) -> float:
 
 def build_arms(cfg: DictConfig, policy: str, call_format: str,
                found: dict[str, tuple[Any, Path, str]] | None = None) -> tuple[list[Arm], dict]:
-    """All arms of the run, and the loaded controllers (for their AUROC in the report). ``found``: the
-    controllers :func:`load_controllers` loaded before the policy (default: loaded here)."""
+    """All arms of the run, and the loaded controllers by gate label (for their AUROC in the report). ``found``:
+    the controllers :func:`load_controllers` loaded before the policy (default: loaded here).
+
+    A gate at ``pre_generation`` (Probe&Prefill) only picks the first turn's response prefill, so its arms are
+    assembled per task from the two prefill arms of each style (``compose``); every other gate's arm runs its hook
+    at each τ. Arm names and cache keys use the gate's ``label``."""
 
     a = cfg.arms
     found = load_controllers(cfg) if found is None else found
@@ -159,38 +159,34 @@ def build_arms(cfg: DictConfig, policy: str, call_format: str,
                 arms.append(Arm(name, "prompt", {"name": name, "mode": mode, "reasoning": bool(reasoning)}, mode,
                                 bool(reasoning), agent={"constrained_calls": True} if constrained else {}))
 
-    if a.get("probe"):
-        loaded["probe"] = _controller(found["probe"], policy, a.strict_contracts)
-        probe, h = loaded["probe"].controller, loaded["probe"].digest
-        for style in a.probe.styles:
-            for decision in ("use", "skip"):
-                text = prefill_text(decision, style, call_format)
-                arms.append(Arm(f"prefill_{style}_{decision}", "prefill",
-                                {"name": f"prefill_{style}_{decision}", "mode": "default", "prefill": text},
-                                hooks=lambda text=text: _fixed_prefill(text)))
-            for tau in sorted({_tau(t, probe) for t in a.probe.taus}):
-                arms.append(Arm(f"probe_{style}@{tau:.2f}", f"probe_{style}", {"probe": h, "style": style, "tau": tau},
-                                tau=tau, compose=_probe_composer(style, tau)))
-
-    if a.get("toolgate"):
-        loaded["toolgate"] = _controller(found["toolgate"], policy, a.strict_contracts)
-        gate, h = loaded["toolgate"].controller, loaded["toolgate"].digest
-        for tau in sorted({_tau(t, gate) for t in a.toolgate.taus}):
-            arms.append(Arm(f"toolgate@{tau:.2f}", "toolgate",
-                            {"name": "toolgate", "gate": h, "tau": tau}, tau=tau,
-                            hooks=lambda tau=tau: ToolGate(gate, tau)))
-    if a.get("g_step"):
-        loaded["g_step"] = _controller(found["g_step"], policy, a.strict_contracts)
-        gstep, h = loaded["g_step"].controller, loaded["g_step"].digest
-        for tau in sorted({_tau(t, gstep) for t in a.g_step.taus}):
-            arms.append(Arm(f"g_step@{tau:.2f}", "g_step", {"name": "g_step", "gate": h, "tau": tau}, tau=tau,
-                            hooks=lambda tau=tau: GStep(gstep, tau)))
-    if a.get("cascade") and {"probe", "toolgate", "g_step"} <= set(loaded):
-        probe, gate, gstep = (loaded[k].controller for k in ("probe", "toolgate", "g_step"))
-        spec = {"name": "cascade", **{k: loaded[k].digest for k in ("probe", "toolgate", "g_step")},
-                "taus": [probe.tau, gate.tau, gstep.tau], "style": "soft"}
+    for gate in gate_arms(a):
+        this = loaded[gate.label] = _controller(found[gate.name], policy, a.strict_contracts)
+        controller, h, arm_cfg = this.controller, this.digest, a[gate.name]
+        taus = sorted({_tau(t, controller) for t in arm_cfg.taus})
+        if gate.moment == "pre_generation":
+            for style in arm_cfg.styles:
+                for decision in gate.actions:
+                    text = gate.act(decision, style=style, call_format=call_format)
+                    arms.append(Arm(f"prefill_{style}_{decision}", "prefill",
+                                    {"name": f"prefill_{style}_{decision}", "mode": "default", "prefill": text},
+                                    hooks=lambda text=text: _fixed_prefill(text)))
+                for tau in taus:
+                    arms.append(Arm(f"{gate.label}_{style}@{tau:.2f}", f"{gate.label}_{style}",
+                                    {gate.label: h, "style": style, "tau": tau}, tau=tau,
+                                    compose=_prefill_composer(gate, style, tau)))
+            continue
+        for tau in taus:
+            arms.append(Arm(f"{gate.label}@{tau:.2f}", gate.label, {"name": gate.label, "gate": h, "tau": tau},
+                            tau=tau, hooks=lambda gate=gate, c=controller, tau=tau: GateHook(gate, c, tau)))
+    in_cascade = gate_arms(a)
+    if a.get("cascade") and len(in_cascade) >= 2:
+        parts = [(g, loaded[g.label]) for g in in_cascade]
+        options = {k: v for g, _ in parts for k, v in g.options.items()}
+        spec = {"name": "cascade", **{g.label: ld.digest for g, ld in parts},
+                "taus": [ld.controller.tau for _, ld in parts], **options}
         arms.append(Arm("cascade", "cascade", spec, hooks=lambda: Cascade(
-            ProbePrefill(probe, None, "soft", call_format), ToolGate(gate), GStep(gstep))))
+            *(GateHook(g, ld.controller, None, {"call_format": call_format} if g.moment == "pre_generation" else {})
+              for g, ld in parts))))
     for p in a.get("policies") or []:
         arms.append(Arm(p["name"], "policy", {"name": p["name"], "mode": "default",
                                                "model": OmegaConf.to_container(p["model"], resolve=True)},
@@ -208,10 +204,14 @@ def _fixed_prefill(text: str):
     return FixedPrefill()
 
 
-def _probe_composer(style: str, tau: float):
+def _prefill_composer(gate: Gate, style: str, tau: float):
+    """A pre_generation gate's arm at τ from its two prefill arms: each task's trajectory is the one of the
+    decision the gate makes at τ (the same trajectory its hook would produce), with the gate's p."""
+    positive, negative = gate.actions
+
     def compose(by_arm: dict[str, list[Trajectory]], probs: list[float]) -> list[Trajectory]:
-        use, skip = by_arm[f"prefill_{style}_use"], by_arm[f"prefill_{style}_skip"]
-        return [dataclasses.replace(u if p >= tau else s, probe_p=p) for u, s, p in zip(use, skip, probs)]
+        pos, neg = by_arm[f"prefill_{style}_{positive}"], by_arm[f"prefill_{style}_{negative}"]
+        return [dataclasses.replace(u if p >= tau else s, probe_p=p) for u, s, p in zip(pos, neg, probs)]
     return compose
 
 
@@ -284,25 +284,30 @@ def _match_tasks(tasks, trajs: list[Trajectory]) -> list[tuple[Any, Trajectory]]
     return pairs
 
 
-def probe_shard(engine, shard: tuple, progress) -> list[float]:
-    """The probe's p for each task's first prompt, read on ``engine`` (the probe travels with the shard)."""
-    probe, tasks, agent_kw = shard
+def first_prompt_shard(engine, shard: tuple, progress) -> list[float]:
+    """A pre_generation gate's p for each task's first prompt, read on ``engine`` (the gate's name and controller
+    travel with the shard): one prefill pass over the prompts, then the gate's run-time input per task."""
+    name, controller, tasks, agent_kw = shard
+    gate = gate_named(name)
     agent = Agent(engine, AgentConfig(mode="default", **agent_kw))
-    hidden = probe_features(engine, [agent.initial_prompt(t) for t in tasks],
-                            list(range(probe.contract["input_shape"][0])))
-    return probe.predict_proba(GATES["probe_prefill"].featurizer.controller_input({"hidden": hidden})).tolist()
+    prompts = [agent.initial_prompt(t) for t in tasks]
+    state = engine.prefill(prompts, gate.hidden_layers(controller))
+    x = torch.cat([gate.run_input(PromptState(prompt, [], state.hidden[i], state.layers))
+                   for i, prompt in enumerate(prompts)])
+    return controller.predict_proba(x).tolist()
 
 
-def probe_probabilities(probe, executor, tasks, agent_kw: dict, cache_root: Path, probe_hash: str,
-                        workers: int = 1, shard_size: int | None = None) -> list[float]:
-    """The probe's p for every task's first prompt (cached per probe, policy and task); ``executor`` runs the
-    missing ones."""
-    name = f"probe_p-{probe_hash}"
+def first_prompt_probabilities(gate: Gate, controller, executor, tasks, agent_kw: dict, cache_root: Path,
+                               digest: str, workers: int = 1, shard_size: int | None = None) -> list[float]:
+    """A pre_generation gate's p for every task's first prompt (cached per controller, policy and task);
+    ``executor`` runs the missing ones."""
+    name = f"{gate.label}_p-{digest}"
     have = load_scores(cache_root, name)
     todo = [t for t in tasks if task_key(t) not in have]
     if todo:
         shards = [todo] if executor.name == "local" else spread(todo, workers, shard_size)
-        for j, p in executor.map(probe_shard, [(j, (probe, s, agent_kw)) for j, s in enumerate(shards)]):
+        for j, p in executor.map(first_prompt_shard, [(j, (gate.name, controller, s, agent_kw))
+                                                      for j, s in enumerate(shards)]):
             new = {task_key(t): float(v) for t, v in zip(shards[j], p)}
             store_scores(cache_root, name, new)    # as each shard returns, like the trajectories
             have |= new
@@ -457,9 +462,9 @@ def planned_arm_names(cfg: DictConfig) -> tuple[list[str], list[str]]:
     names = [mode + ("+rta" if reasoning else "") + ("+cc" if constrained else "")
              for constrained in a.get("constrained_calls") or [False] for reasoning in a.reasoning for mode in a.modes]
     calibrated = []
-    families = ([(f"probe_{style}", a.probe.taus) for style in a.probe.styles] if a.get("probe") else []) + \
-        [(key, a[key].taus) for key in ("toolgate", "g_step") if a.get(key)]
-    for family, taus in families:
+    families = [(f"{g.label}_{style}" if g.moment == "pre_generation" else g.label, g.name, a[g.name].taus)
+                for g in gate_arms(a) for style in (a[g.name].styles if g.moment == "pre_generation" else [None])]
+    for family, key, taus in families:
         for t in taus:
             if t == CALIBRATED:
                 continue
@@ -468,12 +473,11 @@ def planned_arm_names(cfg: DictConfig) -> tuple[list[str], list[str]]:
             except (TypeError, ValueError):
                 ok = False
             if not ok:
-                key = "probe" if family.startswith("probe_") else family
                 raise ValueError(f"arms.{key}.taus: {t!r} is not a probability in [0, 1] or {CALIBRATED!r}")
         names += [f"{family}@{float(t):.2f}" for t in taus if t != CALIBRATED]
         if CALIBRATED in list(taus):
             calibrated.append(family)
-    if a.get("cascade") and all(a.get(k) for k in ("probe", "toolgate", "g_step")):
+    if a.get("cascade") and len(gate_arms(a)) >= 2:
         names.append("cascade")
     names += [p["name"] for p in a.get("policies") or []]
     return names, calibrated
@@ -533,9 +537,10 @@ def run(cfg: DictConfig) -> dict:
         runs = run_arms(executor, [(a, tasks, cache) for a in arms if a.compose is None and a.backend_key == "policy"],
                         agent_kw, **spread_kw)
         probs = None
-        if any(a.compose is not None for a in arms):
-            probs = probe_probabilities(loaded["probe"].controller, executor, tasks, agent_kw, cache.root,
-                                        loaded["probe"].digest, **spread_kw)
+        first = [g for g in gate_arms(cfg.arms) if g.moment == "pre_generation"]
+        if first:           # composed arms: one pre_generation gate per run (its p picks each task's prefill)
+            probs = first_prompt_probabilities(first[0], loaded[first[0].label].controller, executor, tasks,
+                                               agent_kw, cache.root, loaded[first[0].label].digest, **spread_kw)
     # Other policies after the policy's workers are gone: on Ray they would otherwise wait for its resources.
     for p in cfg.arms.get("policies") or []:
         with executor_from_config(ex_cfg, p["model"], cfg.get("backend")) as other:
@@ -608,6 +613,22 @@ def _log_wandb(cfg: DictConfig, results: dict, files: list[Path]) -> None:
     log_report(cfg, "evaluate", {"arms": (cols, rows)}, files)
 
 
+def renamed_arm_overrides(argv: list[str]) -> list[str]:
+    """``argv`` with each deprecated ``arms.<label>`` override (an arm once keyed by its gate's label, e.g.
+    ``arms.probe`` for ``arms.probe_prefill``) renamed to the gate's ``arms.<name>``, with a warning."""
+    out = []
+    for arg in argv:
+        for gate in gates().values():
+            if gate.label != gate.name:
+                new = re.sub(rf"^([+~]*)arms\.{re.escape(gate.label)}(?=[.=]|$)", rf"\1arms.{gate.name}", arg)
+                if new != arg:
+                    warnings.warn(f"{arg.split('=')[0]}: deprecated, the arm is keyed by its gate's name now "
+                                  f"({new.split('=')[0]})", FutureWarning, stacklevel=2)
+                    arg = new
+        out.append(arg)
+    return out
+
+
 @malloc.cli_opt_in   # this process is the job's: CPU backends may tune malloc (data_builders/backends/malloc.py)
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="evaluate")
 def main(cfg: DictConfig) -> None:
@@ -616,4 +637,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    sys.argv[1:] = renamed_arm_overrides(sys.argv[1:])
     main()

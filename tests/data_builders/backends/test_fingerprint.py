@@ -15,7 +15,7 @@ from controllers import ContractMismatch, ToolGateLogistic, make_contract
 from data_builders.backends import fingerprint as F
 from data_builders import migrate_fingerprints as M
 from data_builders.backends import loading
-from data_builders.features import FEATURIZERS
+from data_builders.gates import gate_of_kind
 from data_builders.features.toolgate import EMBEDDING_DIM, structural_names
 from runtime.controller_hooks import checked
 from tests.doubles import tiny_adapter
@@ -56,8 +56,8 @@ def test_an_adapter_retrained_in_place_is_refused_by_the_old_controllers(tiny_mo
     adapter = shutil.copytree(adapter, tmp_path / "checkpoints" / "tool_sft" / "v3")
     before = _load(tiny_model_dir, adapter)
     width = EMBEDDING_DIM + len(structural_names())
-    gate = ToolGateLogistic(contract=make_contract(FEATURIZERS["flip"].id, before.fingerprint, [width],
-                                                   feature_names=list(FEATURIZERS["flip"].feature_names)))
+    gate = ToolGateLogistic(contract=make_contract(gate_of_kind("flip").featurizer.id, before.fingerprint, [width],
+                                                   feature_names=list(gate_of_kind("flip").featurizer.feature_names)))
     gate.save_pretrained(tmp_path / "gate")
     loaded = ToolGateLogistic.from_pretrained(tmp_path / "gate")
     checked(loaded, "toolgate", before.fingerprint)               # the policy it was trained on: accepted
@@ -73,7 +73,7 @@ def test_an_adapter_retrained_in_place_is_refused_by_the_old_controllers(tiny_mo
 def _legacy_gate(tmp_path, policy_base: str) -> Path:
     width = EMBEDDING_DIM + len(structural_names())
     legacy = f"{policy_base}+checkpoints/tool_sft/v3"
-    gate = ToolGateLogistic(contract=make_contract(FEATURIZERS["flip"].id, legacy, [width]))
+    gate = ToolGateLogistic(contract=make_contract(gate_of_kind("flip").featurizer.id, legacy, [width]))
     gate.save_pretrained(tmp_path / "old_gate")
     (tmp_path / "old_gate" / "README.md").write_text(f"- Policy (backend fingerprint): `{legacy}`\n")
     return tmp_path / "old_gate"
@@ -103,7 +103,7 @@ def test_a_legacy_points_dataset_migrates_and_still_verifies(tiny_model_dir, ada
     policy = _load(tiny_model_dir, adapter).fingerprint
     legacy = f"{policy.partition('+')[0]}+checkpoints/tool_sft/v3"
     root = tmp_path / "points"
-    manifest = {"kind": "commit", "task_hash": "t", "backend": legacy, "featurizer": FEATURIZERS["commit"].id,
+    manifest = {"kind": "commit", "task_hash": "t", "backend": legacy, "featurizer": gate_of_kind("commit").featurizer.id,
                 "label_rule": "r", "shard_size": 2, "builder": {"max_rounds": 2}}
     with PointStore(root, manifest) as store:
         store.write_shard(0, [{"point_id": "a", "task_id": "a", "split": "train", "env": "E", "category": "A",

@@ -197,7 +197,7 @@ def test_constrained_arms_are_their_own_evaluator_setting():
     from recipes import compose
     from trainers.evaluate.run import build_arms, decoding_key, planned_arm_names
 
-    cfg = compose("evaluate", ["arms.modes=[force]", "arms.constrained_calls=[false,true]", "arms.probe=null",
+    cfg = compose("evaluate", ["arms.modes=[force]", "arms.constrained_calls=[false,true]", "arms.probe_prefill=null",
                                "arms.toolgate=null", "arms.g_step=null", "reference=force"])
     assert planned_arm_names(cfg)[0] == ["force", "force+cc"]
     plain, cc = build_arms(cfg, "policy", "xml")[0]

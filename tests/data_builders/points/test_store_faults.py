@@ -27,6 +27,7 @@ import torch
 import data_builders.build
 import recipes
 from data_builders.backends import loading
+from data_builders.points import labelers
 from data_builders.points.store import CorruptDataset, ManifestMismatch, PointStore, StoreLocked, load_points
 from data_builders.tasks import tasks_from_config
 
@@ -51,7 +52,7 @@ class Build:
         self.n_shards = max(self.shard_of.values()) + 1
         self.computed: list[int] = []
         monkeypatch.setattr(loading, "backend_from_config", lambda *a, **k: FakeBackend())
-        monkeypatch.setitem(data_builders.build.LABELERS, "probe", self.label)
+        monkeypatch.setattr(labelers, "label_probe", self.label)
 
     def label(self, backend, chunk, splits, cfg, progress=None):   # a labeler's signature
         shard = self.shard_of[str(chunk[0].id)]
@@ -200,12 +201,12 @@ def test_a_killed_repair_leaves_an_incomplete_dataset(build, monkeypatch):
 
     def killed(*a, **k):
         raise KeyboardInterrupt
-    monkeypatch.setitem(data_builders.build.LABELERS, "probe", killed)
+    monkeypatch.setattr(labelers, "label_probe", killed)
     with pytest.raises(KeyboardInterrupt):
         build.run()
     with pytest.raises(ManifestMismatch, match="not complete"):
         load_points(build.out)
-    monkeypatch.setitem(data_builders.build.LABELERS, "probe", build.label)
+    monkeypatch.setattr(labelers, "label_probe", build.label)
     assert build.run() == [1]
     assert_same(load_points(build.out), build.reference)
 
@@ -381,7 +382,7 @@ def test_a_fit_repairs_its_own_damaged_dataset(tmp_path, monkeypatch):
         return rows, {"hidden": torch.arange(len(chunk) * 4, dtype=torch.float32).reshape(len(chunk), 2, 2)}
 
     monkeypatch.setattr(loading, "backend_from_config", lambda *a, **k: FakeBackend())
-    monkeypatch.setitem(data_builders.build.LABELERS, "probe", label)
+    monkeypatch.setattr(labelers, "label_probe", label)
     cfg = recipes.compose("fit", ["recipe=probe_prefill", "logger=none", f"recipe.points.root={tmp_path / 'pts'}",
                                   f"recipe.export_dir={tmp_path / 'ckpt'}", "+recipe.points.build.shard_size=8"])
     first, build = decision_points(cfg)
