@@ -26,7 +26,9 @@ checks, and an override of a group or key the chosen recipe does not read (each 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import functools
+import importlib
 import math
 import operator
 import typing
@@ -41,6 +43,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from data_builders.agent.loop import AgentConfig
+from data_builders.backends import DTYPES as BACKEND_DTYPES
 from data_builders.agent.prompts import ALL_MODES, CALL_FORMATS, MODE_ALIASES, MODES
 from data_builders.config_fields import param, required, tau_values
 from data_builders.gates import ON_ERROR_MODES, gates
@@ -86,15 +89,15 @@ def positive_or_auto(value: Any) -> str | None:
 # Values the code checks too, late (after models load); here so a typo fails when the config is composed.
 PROMPT_MODES = ALL_MODES + tuple(MODE_ALIASES)
 HOPS = ("single", "multi", "both")
-DTYPES = ("auto", "float32", "bfloat16", "float16")         # data_builders.backends.loading.resolve_dtype
+DTYPES = ("auto", *BACKEND_DTYPES)                          # data_builders.backends.loading.resolve_dtype
 BUILD_KINDS = tuple(gate.kind for gate in gates().values())   # the decision-point kinds, one per gate
-TAU_METHODS = ("fixed", "target_call_rate", "max_acc_loss")  # trainers.controller.calibration.TAU_METHODS
-REWARD_KINDS = ("pte", "otc")                               # trainers.policy.rewards.REWARDS
-CONDITIONS = ("cot", "format_only", "noop_tool", "full_tool", "oracle_calc", "oracle_evidence", "one_round")
-# transformers' SchedulerType values: TRL's lr_scheduler_type
-SCHEDULERS = ("linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup",
-              "inverse_sqrt", "reduce_lr_on_plateau", "cosine_with_min_lr", "cosine_warmup_with_min_lr",
-              "warmup_stable_decay", "greedy")
+# Vocabularies the training code owns, named by "module:attribute" (a tuple, a dict's keys or an Enum's values) and
+# read only when a config that has such a field is checked: the trainers import torch, transformers and TRL, which
+# the configs of the other entry points never load. :func:`vocabulary` resolves them.
+TAU_METHODS = "trainers.controller.calibration:TAU_METHODS"
+REWARD_KINDS = "trainers.policy.rewards:REWARDS"
+CONDITIONS = "trainers.evaluate.factorized:CONDITIONS"
+SCHEDULERS = "transformers.trainer_utils:SchedulerType"      # TRL's lr_scheduler_type
 
 
 # ---------------------------------------------------------------------------------------------- groups
@@ -773,7 +776,8 @@ class FactorizedConfig(ReportGroups):
     distractors: List[Optional[str]] = param([None, "thematic", "parallel_entity", "hedged", "paraphrase"],
                                              "distractor settings; null = the clean problem",
                                              items=(None,) + DISTRACTOR_KINDS)
-    conditions: List[str] = param(list(CONDITIONS), "the conditions, each an evaluator arm", items=CONDITIONS)
+    conditions: Optional[List[str]] = param(None, "the conditions, each an evaluator arm; null: every one "
+                                                  "(trainers/evaluate/factorized.py)", items=CONDITIONS)
     tool_mode: str = param("force", "the prompt mode of every tool condition (force | default | necessary | "
                                     "sparse)", choices=MODES)
     bootstrap: Bootstrap = param(Bootstrap(), "confidence intervals")
@@ -1012,6 +1016,21 @@ def _float_fields(node_type: type) -> frozenset[str]:
     return frozenset(name for name, hint in typing.get_type_hints(node_type).items() if holds_float(hint))
 
 
+@functools.cache
+def _owned_vocabulary(ref: str) -> tuple:
+    module, attr = ref.split(":")
+    obj = getattr(importlib.import_module(module), attr)
+    if isinstance(obj, type) and issubclass(obj, enum.Enum):
+        return tuple(member.value for member in obj)
+    return tuple(obj)       # a tuple, or a registry dict's keys
+
+
+def vocabulary(choices: Any) -> tuple:
+    """A field's allowed values: written out, or named by ``module:attribute`` where the code that reads the value
+    owns the list (so it is written once)."""
+    return _owned_vocabulary(choices) if isinstance(choices, str) else tuple(choices)
+
+
 def problem(value: Any, checks: dict) -> str | None:
     """What is wrong with ``value`` under a field's checks (:func:`param`), or None."""
     if value is None:
@@ -1020,12 +1039,12 @@ def problem(value: Any, checks: dict) -> str | None:
         bad = not_finite(value)
         if bad:
             return f"{bad}: each must be a finite number" if isinstance(value, list) else "must be a finite number"
-    if "choices" in checks and value not in checks["choices"]:
-        return f"choose one of {', '.join(map(str, checks['choices']))}"
+    if "choices" in checks and value not in vocabulary(checks["choices"]):
+        return f"choose one of {', '.join(map(str, vocabulary(checks['choices'])))}"
     if "items" in checks:
-        bad = [v for v in value if v not in checks["items"]]
+        bad = [v for v in value if v not in vocabulary(checks["items"])]
         if bad:
-            return f"{bad} not valid; choose from {', '.join(map(str, checks['items']))}"
+            return f"{bad} not valid; choose from {', '.join(map(str, vocabulary(checks['items'])))}"
     for key, holds, word in _BOUNDS:
         if key in checks and not holds(value, checks[key]):
             return f"must be {word} {checks[key]}"

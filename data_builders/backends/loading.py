@@ -24,6 +24,7 @@ from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
 
 from controllers.names import is_repo_id, looks_like_path
 
+from . import DTYPES
 from .fingerprint import REPO_ROOT, adapter_files_digest
 from .hf import HFBackend
 from .openai_backend import OpenAIBackend
@@ -132,7 +133,6 @@ def resolve_adapter(adapter: str | None) -> str | None:
     return str(adapter)
 
 
-DTYPES = ("float32", "bfloat16", "float16")
 
 
 def resolve_device(device: str = "auto") -> str:

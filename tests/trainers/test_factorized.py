@@ -164,13 +164,15 @@ def test_summarize_setting_on_hand_made_trajectories():
 # ------------------------------------------------------------------------------------------- the recipe
 def test_recipe_composes_and_every_condition_is_an_agent_config():
     cfg = compose("factorized", ["logger=none", "out_dir=/tmp/unused"])
-    assert list(cfg.conditions) == list(F.CONDITIONS)
+    assert cfg.conditions is None            # every condition
+    with pytest.raises(Exception, match=r"conditions=\['cot', 'nope'\].*choose from cot, format_only"):
+        compose("factorized", ["logger=none", "out_dir=/tmp/unused", "conditions=[cot,nope]"])
     assert list(cfg.distractors) == [None, "thematic", "parallel_entity", "hedged", "paraphrase"]
     assert cfg.tasks.source == "gsm8k" and cfg.tool_mode == "force" and cfg.split == "test" and cfg.limit == 16
     agent_kw = OmegaConf.to_container(cfg.agent, resolve=True)
     assert agent_kw["reasoning_check"] is False
     modes = {}
-    for name in cfg.conditions:
+    for name in F.CONDITIONS:
         arm = F.make_arm(name, cfg.tool_mode)
         assert isinstance(arm, Arm) and arm.cache_spec["condition"] == name
         c = AgentConfig(mode=arm.mode, reasoning=arm.reasoning, **{**agent_kw, **arm.agent})

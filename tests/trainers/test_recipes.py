@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -194,19 +195,18 @@ def test_fit_records_each_multirun_objective_and_the_sweep_ranks_them(tmp_path):
     assert sweep.ranked_runs(tmp_path / "nothing", "maximize") == []
 
 
-def test_the_schemas_value_lists_are_the_codes():
-    """recipes/schema.py checks values at compose time against lists of its own (importing the modules that own
-    them would load torch into every entry point); each is the list the code itself accepts."""
-    from transformers import SchedulerType
+@pytest.mark.parametrize("override, owner", [
+    ("recipe=probe_prefill recipe.calibration.tau_method=nope", "trainers.controller.calibration:TAU_METHODS"),
+    ("recipe=pte_grpo recipe.reward.kind=nope", "trainers.policy.rewards:REWARDS"),
+    ("recipe=tool_sft recipe.train.lr_scheduler_type=nope", "transformers.trainer_utils:SchedulerType"),
+    ("recipe=g_step model.dtype=nope", None)])
+def test_a_value_outside_the_owning_codes_list_is_refused_naming_that_list(override, owner):
+    """Values the training code owns are checked against the code's own list (named by module:attribute, read when
+    the config is checked), so the schema holds no copy that could drift."""
+    from data_builders.backends import DTYPES
+    from recipes.schema import vocabulary
 
-    from data_builders.backends.loading import DTYPES
-    from recipes import schema
-    from trainers.controller.calibration import TAU_METHODS
-    from trainers.evaluate.factorized import CONDITIONS
-    from trainers.policy.rewards import REWARDS
-
-    assert schema.DTYPES == ("auto", *DTYPES)
-    assert schema.TAU_METHODS == TAU_METHODS
-    assert set(schema.REWARD_KINDS) == set(REWARDS)
-    assert schema.CONDITIONS == tuple(CONDITIONS)
-    assert schema.SCHEDULERS == tuple(s.value for s in SchedulerType)
+    allowed = ("auto", *DTYPES) if owner is None else vocabulary(owner)
+    assert "nope" not in allowed and len(allowed) >= 2
+    with pytest.raises(ConfigCompositionException, match="choose one of " + re.escape(", ".join(map(str, allowed)))):
+        recipes.compose("fit", ["logger=none", *override.split()])

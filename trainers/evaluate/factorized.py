@@ -246,7 +246,7 @@ def load_setting(cfg: DictConfig, distractor: str | None) -> list:
 
 # ---------------------------------------------------------------------------- run
 def run(cfg: DictConfig) -> dict:
-    conditions = list(cfg.conditions)
+    conditions = list(CONDITIONS) if cfg.conditions is None else list(cfg.conditions)
     for name in conditions:
         if name not in CONDITIONS:
             raise ValueError(f"unknown condition {name!r} in conditions; known: {list(CONDITIONS)}")
