@@ -76,7 +76,7 @@ def main() -> None:
     ap.add_argument("--out", default="outputs/trivial_tier")
     args = ap.parse_args()
 
-    overrides = [f"backend={args.backend}", f"max_new_tokens={args.max_new_tokens}"]
+    overrides = [f"backend={args.backend}", f"agent.max_new_tokens={args.max_new_tokens}"]
     if args.tasks:
         overrides.append(f"tasks={args.tasks}")
     cfg = compose("build", overrides)

@@ -8,6 +8,8 @@ category and one line ``points=… positives=… kind=…``.
 from __future__ import annotations
 
 import hashlib
+import sys
+import warnings
 from collections import Counter
 from pathlib import Path
 
@@ -16,6 +18,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
+from data_builders.config import BuildConfig   # its schema, stored before Hydra composes
 from recipes import CONFIG_DIR
 
 from .backends import malloc
@@ -71,8 +74,11 @@ def run(cfg: DictConfig, command: str | None = None) -> dict:
     announce_sandbox(cfg)
     gate = gate_of_kind(kind)      # an unknown kind is refused here, naming the known ones
     tasks = [t for split in cfg.splits for t in tasks_from_config(cfg, split)]
-    builder = {k: cfg.get(k) for k in ("max_rounds", "max_new_tokens", "call_format", "feature_mode", "layers",
-                                       "forced_answer_tokens", "verify_rounds", "commit_mode", "commit_label", "val_fraction", "seed")}
+    # the settings the labelers read, flat (the dataset's identity in its manifest): the agent group's four, and the
+    # build's own
+    builder = {k: cfg.agent.get(k) if k in BuildConfig.AGENT_KEYS else cfg.get(k)
+               for k in ("max_rounds", "max_new_tokens", "call_format", "feature_mode", "layers", "forced_answer_tokens",
+                         "verify_rounds", "commit_mode", "commit_label", "val_fraction", "seed")}
     builder = OmegaConf.to_container(OmegaConf.create(builder), resolve=True)
     # The agent's own checks, here before the model loads (a float or negative max_new_tokens) and below before
     # the store is opened (a budget that leaves no room to generate): nothing is written under a bad setting.
@@ -113,10 +119,24 @@ def run(cfg: DictConfig, command: str | None = None) -> dict:
         print("flip classes: " + ", ".join(f"{k} {v} ({v / n:.1%})" for k, v in sorted(extra["flip_classes"].items())))
     if gate.one_point_per_task and len(ds) < len(tasks):
         print(f"{len(tasks) - len(ds)} of {len(tasks)} tasks not labelled: their prompt leaves no room for "
-              f"max_new_tokens={cfg.max_new_tokens} in the context (see the warnings above)")
+              f"agent.max_new_tokens={cfg.agent.max_new_tokens} in the context (see the warnings above)")
     print(f"dataset: {Path(cfg.out_dir).resolve()}")
     print(f"points={len(ds)} positives={positives} kind={kind}")
     return {"points": len(ds), "positives": positives}
+
+
+def renamed_agent_overrides(argv: list[str]) -> list[str]:
+    """``argv`` with each deprecated top-level agent setting (``max_rounds=2``: the build's own keys before it took
+    the agent group) renamed to the agent group's (``agent.max_rounds=2``), with a warning."""
+    out = []
+    for arg in argv:
+        key = arg.split("=", 1)[0]
+        if key in BuildConfig.AGENT_KEYS and "=" in arg:
+            warnings.warn(f"{key}: deprecated, the build reads the agent group now (agent.{key})", FutureWarning,
+                          stacklevel=2)
+            arg = f"agent.{arg}"
+        out.append(arg)
+    return out
 
 
 @malloc.cli_opt_in   # this process is the job's: CPU backends may tune malloc (data_builders/backends/malloc.py)
@@ -126,4 +146,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    sys.argv[1:] = renamed_agent_overrides(sys.argv[1:])
     main()

@@ -2,13 +2,14 @@
 
 Here, below every package that declares configs, so a config dataclass can sit beside the code that reads it (a
 gate's recipe arguments in its gate module, the agent's settings in the loop) without importing the Hydra layer;
-``recipes`` registers those dataclasses as structured configs and runs the checks (``recipes/schema.py``).
+each config module stores its dataclasses as structured configs, and ``recipes/schema.py`` runs the checks.
 """
 from __future__ import annotations
 
 import copy
 import dataclasses
 import functools
+import typing
 from dataclasses import field
 from typing import Any, Iterable
 
@@ -40,3 +41,32 @@ def tau_values(values: Iterable[Any]) -> str | None:
     bad = [v for v in values if v != CALIBRATED and not (isinstance(v, (int, float)) and not isinstance(v, bool)
                                                           and 0 <= v <= 1)]
     return f"{bad}: each τ is a number in [0, 1] or {CALIBRATED}" if bad else None
+
+
+def derived(cls: type, name: str, exclude: tuple[str, ...] = (), required_help: dict[str, str] | None = None,
+            module: str | None = None) -> type:
+    """A config dataclass with ``cls``'s fields, types and defaults (so they stay written once, in ``cls``), less
+    ``exclude``. Needed because a runtime dataclass cannot be a schema as is: it may be frozen (read-only
+    nodes refuse overrides) or carry fields that another group holds. A field of ``cls`` without a default is
+    required; ``required_help`` says what each such field holds (the others are documented in ``cls``)."""
+    hints = typing.get_type_hints(cls)
+    fields = []
+    for f in dataclasses.fields(cls):
+        if f.name in exclude:
+            continue
+        if f.default_factory is not dataclasses.MISSING:
+            default = field(default_factory=f.default_factory)
+        elif f.default is not dataclasses.MISSING:
+            default = field(default=f.default)
+        else:
+            default = required((required_help or {})[f.name])
+        fields.append((f.name, hints[f.name], default))
+    schema = dataclasses.make_dataclass(name, fields)
+    schema.__module__ = module or cls.__module__     # (make_dataclass's module= needs Python 3.12)
+    return schema
+
+
+def positive_or_auto(value: Any) -> str | None:
+    if value == "auto" or (isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0):
+        return None
+    return "must be auto or a positive number"

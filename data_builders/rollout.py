@@ -18,6 +18,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
+import data_builders.config  # noqa: F401 - its schemas, stored before Hydra composes
 from recipes import CONFIG_DIR
 
 from .agent.loop import Agent, AgentConfig

@@ -208,8 +208,8 @@ def test_build_fit_and_evaluate_on_a_teams_own_mcp_tools(policy, tool_source, tm
     # decision points: every split labelled by the task file's own scorers, no val split (8 tasks)
     points = {}
     for kind in ("probe", "flip", "commit"):
-        out = cli("data_builders.build", f"kind={kind}", *policy_args, f"call_format={CALL_FORMAT}",
-                  "max_rounds=2", f"max_new_tokens={MAX_NEW_TOKENS}", "val_fraction=0",
+        out = cli("data_builders.build", f"kind={kind}", *policy_args, f"agent.call_format={CALL_FORMAT}",
+                  "agent.max_rounds=2", f"agent.max_new_tokens={MAX_NEW_TOKENS}", "val_fraction=0",
                   f"out_dir={tmp_path / 'points' / kind}", f"hydra.run.dir={tmp_path / 'hydra' / f'build-{kind}'}")
         assert "points=8 positives=" in out and f"kind={kind}" in out, out
         points[kind] = load_points(tmp_path / "points" / kind, kind=kind)

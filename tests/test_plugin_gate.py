@@ -80,8 +80,8 @@ def test_a_gate_from_outside_the_package_builds_fits_evaluates_and_serves(policy
 
     # its points: one per proposed call (every task proposes one), labelled by its own rule
     points = tmp_path / "points"
-    out = cli("data_builders.build", "kind=call_budget", *policy_args, f"call_format={CALL_FORMAT}", "max_rounds=2",
-              f"max_new_tokens={MAX_NEW_TOKENS}", "val_fraction=0", f"out_dir={points}",
+    out = cli("data_builders.build", "kind=call_budget", *policy_args, f"agent.call_format={CALL_FORMAT}",
+              "agent.max_rounds=2", f"agent.max_new_tokens={MAX_NEW_TOKENS}", "val_fraction=0", f"out_dir={points}",
               f"hydra.run.dir={tmp_path / 'hydra' / 'build'}")
     assert "points=8 positives=3 kind=call_budget" in out, out
     manifest = json.loads((points / "manifest.json").read_text())

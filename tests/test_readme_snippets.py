@@ -57,7 +57,7 @@ pytest.importorskip("openai")
 PAGES = ["README.md", "docs/guide.md"]
 #: added to a rollout / build command that runs for real (one task per split, one short round)
 TINY = {"data_builders.rollout": ["limit=1", "agent.max_rounds=1", "agent.max_new_tokens=8"],
-        "data_builders.build": ["limit=1", "max_rounds=1", "max_new_tokens=8"],
+        "data_builders.build": ["limit=1", "agent.max_rounds=1", "agent.max_new_tokens=8"],
         "data_builders.oracle": []}
 #: what each of those writes (in its out_dir, else its run directory)
 ARTIFACT = {"data_builders.rollout": "trajectories.jsonl", "data_builders.build": "manifest.json",

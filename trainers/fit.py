@@ -22,6 +22,10 @@ from omegaconf import DictConfig, OmegaConf
 from data_builders.backends import malloc
 from data_builders.gates import gates
 from recipes import CONFIG_DIR
+# the schemas of the fit config and of every recipe, stored before Hydra composes
+import trainers.config  # noqa: F401
+import trainers.controller.config  # noqa: F401
+import trainers.policy.config  # noqa: F401
 from trainers.recipe import Fitted, RunInfo
 from trainers.tracking import setup_wandb_env
 

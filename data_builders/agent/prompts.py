@@ -18,6 +18,8 @@ COT_MODE = "cot"
 ALL_MODES = MODES + (COT_MODE,)
 # When2Tool's names for the same modes, accepted as aliases.
 MODE_ALIASES = {"force_tool": "force", "current": "default", "necessary_tool": "necessary", "sparse_tool": "sparse"}
+#: every mode name a config may give (the modes, CoT, and the benchmark's aliases)
+PROMPT_MODES = ALL_MODES + tuple(MODE_ALIASES)
 CALL_FORMATS = ("xml", "native")
 
 

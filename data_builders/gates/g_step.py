@@ -5,9 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-import torch
-
 from ..config_fields import param
 from ..features import Featurizer
 from .spec import Gate
@@ -24,8 +21,11 @@ def label_rule(cfg) -> str:
     return LABEL_RULES[rule]
 
 
-def run_input(episode, answer_text: str) -> torch.Tensor:
+def run_input(episode, answer_text: str):
     """G-STEP's controller input ``[1, N_FEATURES]`` for the answer ``answer_text``."""
+    import numpy as np   # why here: with torch, loaded by the first decision, never by a reader of the registry
+    import torch
+
     from ..features.gstep import gstep_features
 
     return FEATURIZER.controller_input(

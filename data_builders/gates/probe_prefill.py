@@ -7,8 +7,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, List, Optional
 
-import torch
-
 from ..config_fields import param, tau_values
 from ..features import Featurizer
 from ..protocol import ANSWER_PREFILL, CALL_PREFILL, PREFILL_STYLES
@@ -32,8 +30,10 @@ def prefill_text(decision: str, style: str = "soft", call_format: str = "xml") -
     raise ValueError(f"prefill style {style!r}: choose one of {PREFILL_STYLES}")
 
 
-def run_input(state) -> torch.Tensor:
+def run_input(state):
     """The probe's controller input ``[1, layers, d]`` from the prefill's hidden states (a PromptState)."""
+    import torch   # why here: a server that only proxies (no gate loaded) never loads torch
+
     return FEATURIZER.controller_input({"hidden": torch.as_tensor(state.hidden)[None]})
 
 

@@ -5,18 +5,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-import torch
-
 from ..features import Featurizer
 from .spec import Gate
 
 FEATURIZER = Featurizer("flip", "toolgate")
 
 
-def run_input(episode, call) -> torch.Tensor:
+def run_input(episode, call):
     """ToolGate's controller input ``[1, 384 + structural]`` for the pending ``call``."""
-    # why here: the featurizer module loads MiniLM's tokenizer tables; a registry reader needs neither
+    # why here: torch, numpy and the featurizer (MiniLM's tables) load with the first decision, never for a reader
+    # of the registry (a server that only proxies)
+    import numpy as np
+    import torch
+
     from ..features.toolgate import embed_texts, toolgate_state
 
     text, structural = toolgate_state(episode, call)

@@ -13,6 +13,7 @@ import hydra
 from omegaconf import DictConfig
 from tqdm import tqdm
 
+import data_builders.config  # noqa: F401 - its schemas, stored before Hydra composes
 from recipes import CONFIG_DIR
 
 from ..agent.trajectory import write_jsonl

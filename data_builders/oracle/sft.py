@@ -27,6 +27,7 @@ import hydra
 from datasets import Dataset
 from omegaconf import DictConfig, OmegaConf
 
+import data_builders.config  # noqa: F401 - its schemas, stored before Hydra composes
 from recipes import CONFIG_DIR
 
 from ..agent import prompts as P

@@ -14,6 +14,7 @@ import uvicorn
 from omegaconf import DictConfig
 
 from data_builders.gates import gates as registered, gates_at
+import runtime.serve.config  # noqa: F401 - its schemas, stored before Hydra composes
 from recipes import CONFIG_DIR
 
 from .app import create_app

@@ -34,7 +34,7 @@ from data_builders.agent import prompts as P
 from data_builders.environments.base import serialize
 from data_builders.gates import ON_ERROR_MODES, gate_named, gates_at
 from data_builders.protocol import TOOL_CALL_OPEN
-from recipes.schema import ServeGates
+from .config import ServeGates
 
 from .metrics import Metrics
 from .upstream import Upstream

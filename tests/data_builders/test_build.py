@@ -11,13 +11,15 @@ import time
 import pytest
 import torch
 
+import recipes
 from data_builders.points.store import load_points
 from tests.conftest import REPO
 
 
 def cmd(model_dir, out, kind="probe"):
     return [sys.executable, "-m", "data_builders.build", f"kind={kind}", "model=hf", f"model.name={model_dir}",
-            "tasks=builtin", "tasks.n_per_cell=1", "limit=6", "shard_size=2", "max_rounds=2", "max_new_tokens=12",
+            "tasks=builtin", "tasks.n_per_cell=1", "limit=6", "shard_size=2", "agent.max_rounds=2",
+            "agent.max_new_tokens=12",
             f"out_dir={out}", f"hydra.run.dir={out}-hydra"]
 
 
@@ -82,8 +84,8 @@ def test_a_token_budget_with_no_room_to_generate_is_refused_and_nothing_is_writt
                          ("1000000000", "leaves no room for a prompt: the context holds 4096 tokens"),
                          ("4050", "leaves no room to generate: a ")):                               # < context - prompt
         out = tmp_path / f"pts-{budget}"
-        proc = subprocess.run(cmd(tiny_model_dir, out) + [f"max_new_tokens={budget}"], cwd=REPO, capture_output=True,
-                              text=True, timeout=600)
+        proc = subprocess.run(cmd(tiny_model_dir, out) + [f"agent.max_new_tokens={budget}"], cwd=REPO,
+                              capture_output=True, text=True, timeout=600)
         assert proc.returncode != 0 and says in proc.stderr, (budget, proc.stderr[-2000:])
         assert not (out / "manifest.json").exists() and not list(out.glob("shard-*"))
 
@@ -109,14 +111,33 @@ def test_the_build_bar_moves_per_episode_not_per_shard(tiny_model_dir, tmp_path,
             updates.append(n)
             return super().update(n)
     monkeypatch.setattr(build, "tqdm", Bar)
-    in_process_build(tiny_model_dir, tmp_path / "pts", "limit=3", "shard_size=3", "max_rounds=1", "max_new_tokens=4")
+    in_process_build(tiny_model_dir, tmp_path / "pts", "limit=3", "shard_size=3", "agent.max_rounds=1",
+                     "agent.max_new_tokens=4")
     assert updates == [1] * 6            # 3 train + 3 test tasks in 2 shards of 3: one step per episode
 
 
 def test_a_build_without_any_decision_point_ends_with_an_empty_table(tiny_model_dir, tmp_path, capsys):
     # A random model never writes an answer in 4 tokens: no commit point. The summary used to crash on the empty
     # dataset ("Column 'split' doesn't exist") after the build itself had finished.
-    got = in_process_build(tiny_model_dir, tmp_path / "pts", "kind=commit", "limit=1", "max_rounds=1",
-                           "max_new_tokens=4")
+    got = in_process_build(tiny_model_dir, tmp_path / "pts", "kind=commit", "limit=1", "agent.max_rounds=1",
+                           "agent.max_new_tokens=4")
     assert got == {"points": 0, "positives": 0}
     assert "points=0 positives=0 kind=commit" in capsys.readouterr().out
+
+
+def test_the_build_reads_the_agent_group_the_evaluator_reads_and_refuses_the_settings_it_ignores():
+    from hydra.errors import ConfigCompositionException
+
+    from data_builders.build import renamed_agent_overrides
+    from data_builders.config import BuildConfig
+
+    build, evaluate = recipes.compose("build"), recipes.compose("evaluate")
+    for key in BuildConfig.AGENT_KEYS:      # one decoding: the gates are scored on episodes like their labels'
+        assert build.agent[key] == evaluate.agent[key], key
+    assert recipes.compose("build", ["agent.max_rounds=3"]).agent.max_rounds == 3
+    with pytest.raises(ConfigCompositionException, match=r"refused: agent.temperature \(data_builders.build reads "
+                                                         r"only agent.max_rounds, agent.max_new_tokens"):
+        recipes.compose("build", ["agent.temperature=0.7"])
+    with pytest.warns(FutureWarning, match=r"max_rounds: deprecated, the build reads the agent group now"):
+        assert renamed_agent_overrides(["max_rounds=2", "kind=flip", "agent.max_new_tokens=8"]) == \
+            ["agent.max_rounds=2", "kind=flip", "agent.max_new_tokens=8"]

@@ -25,8 +25,9 @@ from tests.conftest import REPO
 ray = pytest.importorskip("ray")
 
 # 2 splits x 6 tasks in shards of 2: 6 shards
-BUILD = ["kind=probe", "model=hf", "tasks=builtin", "tasks.n_per_cell=1", "limit=6", "shard_size=2", "max_rounds=2",
-         "max_new_tokens=12"]
+BUILD = ["kind=probe", "model=hf", "tasks=builtin", "tasks.n_per_cell=1", "limit=6", "shard_size=2",
+         "agent.max_rounds=2",
+         "agent.max_new_tokens=12"]
 
 
 @pytest.fixture(scope="module")

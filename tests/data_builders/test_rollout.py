@@ -10,6 +10,7 @@ import sys
 import pytest
 from hydra import compose, initialize_config_dir
 
+import recipes
 from data_builders import rollout
 from recipes import CONFIG_DIR
 from recipes import compose as compose_config
@@ -19,6 +20,7 @@ from tests.doubles import CALL, ScriptedBackend, calc_task
 
 
 def test_rollout_config_composes_with_overrides():
+    recipes.register()     # the schemas, as a command's own imports store them
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         cfg = compose("rollout", overrides=["model=smollm2_tool_sft", "tasks=builtin", "mode=force", "limit=32"])
     assert cfg.mode == "force" and cfg.limit == 32 and cfg.model.name == "smollm2" and cfg.tasks.source == "builtin"

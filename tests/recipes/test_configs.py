@@ -1,10 +1,11 @@
-"""The Hydra config root against its structured configs (recipes/schema.py): every entry config composes with
+"""The Hydra config root against its structured configs (recipes/S.py): every entry config composes with
 every option of every group it selects, every node is typed by a dataclass (bar the declared free-form ones),
 unknown keys, wrong types, values outside a field's checks and overrides a recipe would ignore fail at compose
 time, and each default is written once: on its schema field, never again in a YAML file. No model, no torch."""
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import re
 import shutil
@@ -12,6 +13,7 @@ import subprocess
 import sys
 import typing
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from hydra import compose as hydra_compose, initialize_config_dir
@@ -25,6 +27,16 @@ from data_builders.agent.loop import AgentConfig
 from data_builders.metrics import hardware
 from data_builders.metrics.pte import PTEConfig
 from recipes import schema
+
+# every config module's schemas and names, as one namespace (each module stores its own: recipes.ENTRY_SCHEMAS)
+recipes.register()
+CONFIG_MODULES = sorted({m for ms in recipes.ENTRY_SCHEMAS.values() for m in ms} |
+                        {"data_builders.backends.config", "data_builders.tasks.config", "data_builders.metrics.config",
+                         "data_builders.agent.config"})
+S = SimpleNamespace(**{k: v for m in CONFIG_MODULES for k, v in vars(importlib.import_module(m)).items()
+                       if not k.startswith("_") and k != "SCHEMAS"},
+                    SCHEMAS=[s for m in CONFIG_MODULES for s in importlib.import_module(m).SCHEMAS],
+                    CheckConfig=schema.CheckConfig)
 
 ROOT = Path(recipes.CONFIG_DIR)
 REPO = ROOT.parent
@@ -51,7 +63,7 @@ GROUP_BASE = {("fit", "hardware"): ["recipe=pte_grpo"]}
 NEEDS = {"model=hf": ["model.name=/some/dir"]}       # hf's model.name is mandatory
 # Options an entry config refuses (test_an_override_a_config_would_ignore_is_refused_naming_it checks why).
 REFUSED = {("factorized", "tasks", name) for name in options("tasks") if name != "gsm8k"}
-# Nodes typed as free-form on purpose (recipes/schema.py says why), with everything under them.
+# Nodes typed as free-form on purpose (recipes/S.py says why), with everything under them.
 FREE_FORM = ("recipe.points.build", "backend.engine_kwargs", "arms.policies[", "tasks.sources")
 
 CASES = [(entry, [*GROUP_BASE.get((entry, group), BASE.get(entry, [])), f"{group}={name}",
@@ -80,7 +92,7 @@ def test_every_group_option_is_composed_below():
     # with +experiment=, composed below and in tests/trainers/test_recipes.py)
     groups = {p.parent.name for p in ROOT.glob("*/*.yaml")} - {"sweep", "hydra", "accelerate", "experiment"}
     assert groups == {g for gs in ENTRY_GROUPS.values() for g in gs}
-    assert {(None, f"{e}_schema") for e in ENTRY_GROUPS} <= {(g, n) for g, n, _ in schema.SCHEMAS}
+    assert {(None, f"{e}_schema") for e in ENTRY_GROUPS} <= {(g, n) for g, n, _ in S.SCHEMAS}
 
 
 @pytest.mark.slow
@@ -181,7 +193,7 @@ def test_tool_sft_starts_from_the_bare_base_and_pte_grpo_from_the_tool_sft_polic
 def test_every_entry_config_defaults_to_the_tool_sft_policy():
     for entry in ("build", "rollout", "evaluate", "factorized"):
         cfg = recipes.compose(entry)
-        assert OmegaConf.get_type(cfg.model) is schema.ModelConfig
+        assert OmegaConf.get_type(cfg.model) is S.ModelConfig
         assert (cfg.model.name, cfg.model.adapter) == ("smollm2", cfg.checkpoints.tool_sft), entry
     for controller in ("g_step", "probe_prefill", "toolgate"):
         cfg = recipes.compose("fit", [f"recipe={controller}"])
@@ -191,7 +203,7 @@ def test_every_entry_config_defaults_to_the_tool_sft_policy():
 def test_committed_checkpoints_are_written_once_and_exist():
     cfg = recipes.compose("evaluate")
     paths = OmegaConf.to_container(cfg.checkpoints, resolve=True)
-    assert set(paths) == {f.name for f in dataclasses.fields(schema.CheckpointsConfig)}
+    assert set(paths) == {f.name for f in dataclasses.fields(S.CheckpointsConfig)}
     # the default policy is one of the versioned tool_sft releases, named by key, not a path written twice
     assert OmegaConf.to_container(cfg.checkpoints)["tool_sft"] == "${checkpoints.tool_sft_v3}"
     for name, path in paths.items():     # under its recipe's export directory (tool_sft_v2: recipe=tool_sft)
@@ -274,9 +286,9 @@ def test_hardware_profiles_are_the_yaml_files(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------- defaults written once
-# Derived from a runtime dataclass (recipes/schema.py: derived): their defaults and help live in that class.
-DERIVED = {schema.HardwareConfig, schema.AgentSettings, schema.PTESettings, schema.AgentLoopConfig}
-SCHEMA_BY_NAME = {(group, name): cls for group, name, cls in schema.SCHEMAS}
+# Derived from a runtime dataclass (recipes/S.py: derived): their defaults and help live in that class.
+DERIVED = {S.HardwareConfig, S.AgentSettings, S.PTESettings, S.AgentLoopConfig}
+SCHEMA_BY_NAME = {(group, name): cls for group, name, cls in S.SCHEMAS}
 
 
 def _dataclasses_in(hint) -> list[type]:
@@ -287,7 +299,7 @@ def _dataclasses_in(hint) -> list[type]:
 
 def schema_classes() -> set[type]:
     """Every dataclass the stored schemas are made of (nested nodes, list elements, optional nodes)."""
-    seen, todo = set(), [cls for _, _, cls in schema.SCHEMAS]
+    seen, todo = set(), [cls for _, _, cls in S.SCHEMAS]
     while todo:
         cls = todo.pop()
         if cls not in seen:
@@ -298,7 +310,7 @@ def schema_classes() -> set[type]:
 
 def test_every_schema_field_has_a_default_or_is_documented_as_required():
     classes = schema_classes()
-    assert {schema.SFTDirectRule, gate_named("g_step").args, schema.ServeGates, schema.HardwareConfig} <= classes
+    assert {S.SFTDirectRule, gate_named("g_step").args, S.ServeGates, S.HardwareConfig} <= classes
     for cls in classes:
         for f in dataclasses.fields(cls):
             where = f"{cls.__name__}.{f.name}"
@@ -328,7 +340,7 @@ def node_schemas(path: Path) -> dict[str, type]:
         return {"": SCHEMA_BY_NAME[(None, f"{path.stem}_schema")]}
     if not path.read_text().startswith("# @package _global_"):     # a group option
         return {"": option_schema(path.parent.name, path.stem)}
-    out = {"": schema.FitConfig}                                    # a recipe or an experiment: fit's groups
+    out = {"": S.FitConfig}                                    # a recipe or an experiment: fit's groups
     for entry in OmegaConf.load(path).defaults:
         if isinstance(entry, str) and "@" in entry:                  # <recipe>_schema@recipe
             name, package = entry.split("@")
@@ -347,7 +359,7 @@ def restated(spec, default, path: str = "") -> list[str]:
     for key, value in spec.items():
         where = f"{path}.{key}" if path else str(key)
         if where.endswith("points.build"):        # free-form, merged onto the build entry config
-            out += restated(value, node_defaults(schema.BuildConfig), where)
+            out += restated(value, node_defaults(S.BuildConfig), where)
             continue
         known = default.get(key, MISSING) if isinstance(default, dict) else MISSING
         if known == MISSING:
@@ -365,10 +377,10 @@ def yaml_files() -> list[Path]:
 
 
 def test_no_yaml_file_restates_a_schema_default():
-    assert restated({"shard_size": 32, "limit": 5, "kind": "flip"}, node_defaults(schema.BuildConfig)) == ["shard_size"]
-    assert restated({"recipe": {"points": {"build": {"max_rounds": 4}}}},
-                    node_defaults(schema.controller_recipe(gate_named("g_step"))), "") == []   # a free-form node's keys: see the next line
-    assert restated({"build": {"max_rounds": 4, "limit": 32}}, {"build": {}}, "points") == ["points.build.max_rounds"]
+    assert restated({"shard_size": 32, "limit": 5, "kind": "flip"}, node_defaults(S.BuildConfig)) == ["shard_size"]
+    assert restated({"recipe": {"points": {"build": {"shard_size": 32}}}},
+                    node_defaults(S.controller_recipe(gate_named("g_step"))), "") == []   # free-form keys: the next line
+    assert restated({"build": {"shard_size": 32, "limit": 32}}, {"build": {}}, "points") == ["points.build.shard_size"]
     found = []
     for path in yaml_files():
         spec = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
@@ -443,10 +455,10 @@ def test_every_float_field_refuses_inf_and_nan_naming_the_field_and_the_value():
     """The finiteness check is general, not written per field: every float of every schema (its own fields and the
     derived groups', which carry no checks of their own) refuses inf, -inf and nan with one message."""
     fields = float_fields()
-    assert {(schema.ControllerTrain, "lr"), (schema.ControllerTrain, "weight_decay"), (schema.ControllerTrain, "l2"),
-            (schema.Calibration, "tau_value"), (schema.GRPOGeneration, "temperature"), (schema.ServeTaus, "toolgate"),
-            (schema.SFTTrain, "learning_rate"), (schema.AgentSettings, "temperature"),
-            (schema.HardwareConfig, "peak_flops")} <= set(fields)
+    assert {(S.ControllerTrain, "lr"), (S.ControllerTrain, "weight_decay"), (S.ControllerTrain, "l2"),
+            (S.Calibration, "tau_value"), (S.GRPOGeneration, "temperature"), (S.ServeTaus, "toolgate"),
+            (S.SFTTrain, "learning_rate"), (S.AgentSettings, "temperature"),
+            (S.HardwareConfig, "peak_flops")} <= set(fields)
     for cls, name in fields:
         for value in (float("inf"), float("-inf"), float("nan")):
             node = OmegaConf.structured(cls)

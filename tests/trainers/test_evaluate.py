@@ -83,7 +83,7 @@ def checkpoints(tmp_path):
 def eval_cfg(tmp_path, ckpt, **over):
     cfg = compose("evaluate", ["logger=none", "tasks=builtin", f"cache_dir={tmp_path / 'cache'}",
                                f"out_dir={tmp_path / 'out'}", "agent.max_rounds=3", "pte.gamma=0.01"])
-    # merged, not assigned: the arms are structured configs (recipes/schema.py) that validate a merge
+    # merged, not assigned: the arms are structured configs (trainers/evaluate/config.py) that validate a merge
     arms = {"modes": ["force", "default"],
             "probe_prefill": {"checkpoint": ckpt["probe_prefill"], "styles": ["soft"], "taus": [0.01, 0.5, 0.99]},
             "toolgate": {"checkpoint": ckpt["toolgate"], "taus": ["calibrated"]},
@@ -390,3 +390,14 @@ def test_exclude_points_leaves_out_the_tasks_a_dataset_holds(tmp_path, checkpoin
         store.finalize({"points": 4, "positives": 0})
     with pytest.raises(ValueError, match="leaves none of the 4 tasks"):
         run(eval_cfg(tmp_path, checkpoints, exclude_points=[str(everything)]))
+
+
+def test_the_probes_old_arm_key_is_renamed_to_its_gates_name_with_a_warning():
+    from trainers.evaluate.run import renamed_arm_overrides
+
+    with pytest.warns(FutureWarning, match=r"arms.probe.styles: deprecated.*\(arms.probe_prefill.styles\)"):
+        argv = renamed_arm_overrides(["arms.probe.styles=[hard]", "~arms.probe", "arms.probes=1", "arms.toolgate=null"])
+    assert argv == ["arms.probe_prefill.styles=[hard]", "~arms.probe_prefill", "arms.probes=1", "arms.toolgate=null"]
+    with pytest.warns(FutureWarning):
+        cfg = compose("evaluate", renamed_arm_overrides(["arms.probe.taus=[0.4]"]))
+    assert list(cfg.arms.probe_prefill.taus) == [0.4]

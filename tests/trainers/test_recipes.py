@@ -173,6 +173,7 @@ def test_load_spec_requires_command_parameters_and_metric(tmp_path):
 
 def test_fit_records_each_multirun_objective_and_the_sweep_ranks_them(tmp_path):
     """fit.yaml's RecordObjective callback appends what each multirun job returned; ranked_runs orders it."""
+    recipes.register()     # the schemas, as a command's own imports store them
     with initialize_config_dir(config_dir=recipes.CONFIG_DIR, version_base="1.3"):
         cfg = hydra_compose("fit", ["recipe=g_step"], return_hydra_config=True)
     record = next(c for c in map(instantiate, cfg.hydra.callbacks.values()) if isinstance(c, sweep.RecordObjective))

@@ -47,6 +47,7 @@ from data_builders.agent.trajectory import Trajectory
 from data_builders.tasks import load_tasks
 from data_builders.tasks.gsm8k import instruction_for
 from recipes import CONFIG_DIR
+import trainers.evaluate.config  # noqa: F401 - its schemas, stored before Hydra composes
 from trainers.evaluate.report import figure, markdown_table, metric_cells, metric_rows
 from trainers.evaluate.run import Arm, PolicyRun, arm_metrics, run_arm, save_results
 from trainers.tracking import log_report, report_job

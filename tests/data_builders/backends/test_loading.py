@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from huggingface_hub import constants
 
+import recipes
 from data_builders.backends import loading
 from tests.doubles import tiny_adapter
 
@@ -143,6 +144,7 @@ def test_vllm_scale_options_reach_the_engine_by_name(tiny_model_dir, monkeypatch
     monkeypatch.setattr(loading, "import_vllm", lambda: fake)
     monkeypatch.setattr("data_builders.backends.vllm_backend.import_vllm", lambda: fake)
     monkeypatch.setattr(loading, "vllm_environment", lambda *a, **k: None)
+    recipes.register()     # the schemas, as a command's own imports store them
     with initialize_config_dir(CONFIG_DIR, version_base="1.3"):
         cfg = compose("rollout", ["backend=vllm", "model=hf", f"model.name={tiny_model_dir}", "model.adapter=null",
                                   "backend.tensor_parallel_size=4", "backend.max_num_seqs=64",

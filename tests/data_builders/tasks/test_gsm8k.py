@@ -10,6 +10,8 @@ import re
 
 import pytest
 
+import recipes
+
 from data_builders.environments import make_environment
 from data_builders.tasks import TaskFormatError, load_tasks
 from data_builders.tasks.distractors import DISTRACTOR_KINDS, add_distractor, distractor_rng, split_sentences
@@ -156,6 +158,7 @@ def test_hydra_config_passes_path_and_distractor_through(gsm_file):
     from data_builders.tasks import tasks_from_config
     from recipes import CONFIG_DIR
 
+    recipes.register()     # the schemas, as a command's own imports store them
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         cfg = compose("rollout", overrides=["tasks=gsm8k", f"tasks.path={gsm_file}", "tasks.distractor=hedged",
                                             "tasks.distractor_seed=4", "split=train", "limit=3"])
