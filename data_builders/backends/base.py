@@ -42,14 +42,23 @@ class PrefillState:
     _resume: dict[str, Any] = field(default_factory=dict, repr=False)
 
 
+#: a temperature below this samples greedily (vLLM's ``_SAMPLING_EPS``): logits divided by 1e-300 overflow to inf,
+#: and the sampler then fails on inf/nan probabilities, where OpenAI and vLLM answer greedily
+SAMPLING_EPS = 1e-5
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     max_new_tokens: int = 256
-    temperature: float = 0.0       # 0 → greedy
+    temperature: float = 0.0       # 0 (or below SAMPLING_EPS) → greedy
     top_p: float = 1.0
     top_k: int = 0
     stop: tuple[str, ...] = ()
     seed: int | None = None
+
+    def __post_init__(self):
+        if self.temperature < SAMPLING_EPS:
+            object.__setattr__(self, "temperature", 0.0)
 
 
 class Backend(ABC):

@@ -17,13 +17,16 @@ def check_key(key: str, where: str) -> str:
     if not (key.isascii() and key.isprintable()):
         raise ValueError(f"{where}: an API key must be printable ASCII (it is sent in an HTTP header, so this one "
                          f"could never authenticate); replace it")
+    if any(c.isspace() for c in key):
+        # a bearer token has no whitespace (RFC 6750); in a key file, a comment after a key once read as one
+        raise ValueError(f"{where}: an API key has no spaces (a comment goes on a line of its own, starting with #)")
     return key
 
 
 def load_api_keys(cfg: Any) -> frozenset[str]:
-    """Keys from the environment variable ``cfg.env`` (comma-separated) and the file ``cfg.file`` (one per line,
-    ``#`` comments). A named file that does not exist is an error, not an open server; so is a key no client could
-    send (:func:`check_key`)."""
+    """Keys from the environment variable ``cfg.env`` (comma-separated) and the file ``cfg.file`` (one per line; a
+    line that starts with ``#`` is a comment, and a ``#`` anywhere else is part of the key). A named file that does
+    not exist is an error, not an open server; so is a key no client could send (:func:`check_key`)."""
     keys: set[str] = set()
     if cfg.env and os.environ.get(cfg.env):
         entries = [k.strip() for k in os.environ[cfg.env].split(",")]
@@ -33,8 +36,8 @@ def load_api_keys(cfg: Any) -> frozenset[str]:
         if not path.is_file():
             raise FileNotFoundError(f"auth.file={cfg.file}: no such file (one API key per line)")
         for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            line = line.split("#", 1)[0].strip()
-            if line:
+            line = line.strip()
+            if line and not line.startswith("#"):
                 keys.add(check_key(line, f"auth.file={cfg.file}, line {n}"))
     return frozenset(keys)
 

@@ -80,7 +80,7 @@ ServeGates = per_gate("ServeGates", _serve_gate, base=ServeGateOptions,
 class ServeAuth:
     env: Optional[str] = param("TOOLWISE_API_KEYS", "comma-separated bearer keys; with none (and no file) only a "
                                                     "loopback host is served")
-    file: Optional[str] = param(None, "one key per line")
+    file: Optional[str] = param(None, "one key per line; a line starting with # is a comment")
 
 
 @dataclass

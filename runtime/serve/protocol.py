@@ -96,7 +96,7 @@ class ChatRequest(_Open):
     presence_penalty: float | None = Field(default=None, ge=-2, le=2)
     frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
-    seed: int | None = None
+    seed: int | None = Field(default=None, ge=-(2**63), le=2**63 - 1)     # OpenAI's: a 64-bit integer
     max_tokens: int | None = Field(default=None, ge=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
 

@@ -691,9 +691,16 @@ def test_no_source_file_reaches_into_uvicorn_internals():
 
 def test_keys_from_a_file_and_the_bind_rule(tmp_path):
     keys = tmp_path / "keys"
-    keys.write_text(f"# ops keys\n{KEY}\n\nsk-second  # rotated in\n")
+    keys.write_text(f"# ops keys\n{KEY}\n\n  # rotated in below\nsk-second#with-hash\n")
     cfg = config(f"auth.file={keys}")
-    assert load_api_keys(cfg.auth) == {KEY, "sk-second"}
+    assert load_api_keys(cfg.auth) == {KEY, "sk-second#with-hash"}     # a '#' inside a key is the key's
+    client, _, _ = served(None, f"auth.file={keys}")
+    with client:
+        assert client.get("/v1/models", headers={"Authorization": "Bearer sk-second#with-hash"}).status_code == 200
+        assert client.get("/v1/models", headers={"Authorization": "Bearer sk-second"}).status_code == 401
+    keys.write_text(f"{KEY}\nsk-second  # rotated in\n")     # a comment after a key once read as part of no key
+    with pytest.raises(ValueError, match=r"auth.file=.*keys, line 2: an API key has no spaces"):
+        load_api_keys(cfg.auth)
     with pytest.raises(FileNotFoundError, match="auth.file"):
         load_api_keys(config(f"auth.file={tmp_path / 'absent'}").auth)
     assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")

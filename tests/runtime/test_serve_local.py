@@ -13,6 +13,7 @@ import time
 import httpx
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
@@ -445,3 +446,51 @@ def test_sigterm_stops_the_server_promptly_during_a_long_generation(tiny_model_d
         if server.poll() is None:
             server.kill()
             server.wait()
+
+
+# ------------------------------------------------------------------------------------- any valid body: never a 500
+_FLOATS = st.one_of(st.none(), st.floats(allow_nan=False, allow_infinity=False),
+                    st.sampled_from([0, 1e-300, 5e-324, -0.0, 2, 2.000001, 1e308]))
+_INTS = st.one_of(st.none(), st.integers(-3, 9), st.integers(2**31 - 2, 2**70), st.integers(-(2**70), -(2**31)))
+OPTIONAL_FIELDS = {
+    "tools": st.just(TOOLS), "temperature": _FLOATS, "top_p": _FLOATS, "presence_penalty": _FLOATS,
+    "frequency_penalty": _FLOATS, "seed": _INTS, "max_tokens": _INTS, "max_completion_tokens": _INTS, "n": _INTS,
+    "top_logprobs": _INTS, "logprobs": st.one_of(st.none(), st.booleans()), "stream": st.booleans(),
+    "stop": st.one_of(st.none(), st.text(max_size=4), st.lists(st.text(max_size=3), max_size=4), st.integers()),
+    "tool_choice": st.sampled_from([None, "none", "auto", "required", "any",
+                                    {"type": "function", "function": {"name": "calculator"}},
+                                    {"type": "function", "function": {"name": "absent"}}]),
+}
+
+
+def test_no_valid_json_body_gets_a_500_from_the_local_policy(tiny_backend):
+    """Sampling parameters at the edges of their ranges and beyond (a temperature of 1e-300, a seed of 2**70, a
+    max_tokens past any context, a stop that is not a string): each is answered, or refused with a 4xx that names
+    the field, never a 500 from the engine. The context is kept short so a budget past it costs little."""
+    client = local_client(tiny_backend, None, max_context=320)
+    model = tiny_backend.model_id
+    bodies = st.fixed_dictionaries({"model": st.just(model),
+                                    "messages": st.just([{"role": "user", "content": "What is 6*7?"}])},
+                                   optional=OPTIONAL_FIELDS)
+    answered = []
+
+    @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture],
+              derandomize=True)
+    @given(body=bodies)
+    def check(body):
+        r = client.post("/v1/chat/completions", json=body)
+        assert r.status_code < 500, (body, r.status_code, r.text[:500])
+        answered.append(r.status_code == 200)
+        if body.get("stream") and r.status_code == 200:
+            assert "Internal Server Error" not in r.text and '"type": "server_error"' not in r.text, (body, r.text)
+
+    with client:
+        check()
+        assert sum(answered) >= 10, f"{sum(answered)} of {len(answered)} bodies reached the policy"
+        for temperature in (1e-300, 5e-324):     # the two the review hit: greedy, as OpenAI and vLLM answer
+            r = client.post("/v1/chat/completions", json={"model": model, "temperature": temperature,
+                                                          "messages": [{"role": "user", "content": "Hi"}]})
+            assert r.status_code == 200, r.text
+        r = client.post("/v1/chat/completions", json={"model": model, "seed": 10**30,
+                                                      "messages": [{"role": "user", "content": "Hi"}]})
+        assert r.status_code == 400 and "seed" in r.text, r.text

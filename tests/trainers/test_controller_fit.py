@@ -378,7 +378,8 @@ def test_decision_points_builds_once_then_reuses(tmp_path, fake_build):
     assert points.manifest["build_command"].startswith("python -m trainers.fit")
     # the build config: build.yaml for the kind, the fit run's groups, the recipe's points.build on top
     assert build.kind == "commit" and build.limit == cfg.recipe.points.build.limit and build.commit_label == "wrong"
-    assert build.verify_rounds == cfg.recipe.points.build.verify_rounds and build.tasks.source == "builtin" and build.model.name == "smollm2"
+    assert build.agent.verify_rounds == cfg.recipe.points.build.agent.verify_rounds == 1
+    assert build.tasks.source == "builtin" and build.model.name == "smollm2"
     assert "hydra" not in build
 
     again, build2 = decision_points(points_cfg(tmp_path))
