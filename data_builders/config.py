@@ -8,8 +8,8 @@ from typing import Any, ClassVar, List, Optional
 
 from omegaconf import DictConfig
 
-# the groups these entry configs select by their defaults lists (``tasks``, ``hardware``, ``pte``: typed by each option's
-# schema), stored on import with this module's
+# the groups these entry configs select by their defaults lists (``tasks``, ``hardware``, ``pte``: typed by each
+# option's schema), stored on import with this module's
 import data_builders.metrics.config  # noqa: F401
 import data_builders.tasks.config  # noqa: F401
 from data_builders.agent.config import AgentSettings
@@ -24,8 +24,6 @@ from recipes.schema import store
 BUILD_KINDS = tuple(gate.kind for gate in gates().values())   # the decision-point kinds, one per gate
 
 
-# ``backend``, ``tasks``, ``logger`` and ``recipe`` are ``Any``: their options have different shapes, and the
-# option's own schema (its defaults list) types the node.
 @dataclass
 class SandboxConfig:
     """Where model-written code runs (data_builders/environments/sandbox.py; docs/sandbox.md)."""
@@ -84,6 +82,8 @@ CheckpointsConfig = per_gate("CheckpointsConfig", lambda g: (Optional[str], para
                              base=PolicyCheckpoints)
 
 
+# ``backend``, ``tasks``, ``logger`` and ``recipe`` are ``Any``: their options have different shapes, and the
+# option's own schema (its defaults list) types the node.
 @dataclass
 class PolicyGroups:
     model: ModelConfig = required("the policy: the model group (recipes/model/)")
@@ -114,8 +114,9 @@ class BuildConfig(PolicyGroups):
     limit: Optional[int] = param(None, "first N tasks per split (interleaved over environment x difficulty); null "
                                        "= all")
     shard_size: int = param(32, "tasks per shard (= per batched rollout); part of the dataset's identity", ge=1)
-    agent: AgentSettings = required("the agent group: the build reads its rounds, tokens, call format and "  # type: ignore[valid-type]
-                                    "verification rounds (labels come from greedy episodes)")
+    agent: AgentSettings = required(  # type: ignore[valid-type]
+        "the agent group: the build reads its rounds, tokens, call format and verification rounds (labels come from "
+        "greedy episodes)")
     feature_mode: str = param("default", "probe: the prompt mode the deployed probe reads", choices=PROMPT_MODES)
     layers: Optional[List[int]] = param(None, "probe: hidden-state indices (null = all)")
     forced_answer_tokens: int = param(24, "flip: tokens generated after the forced \\boxed{", ge=1)

@@ -7,10 +7,9 @@
 
 Each call converts the messages into the state toolwise's own loop would hold at that moment
 (:mod:`runtime.messages`) and asks the loaded gates that decide at that moment with the same code as the loop's
-hooks (:func:`~runtime.controller_hooks.decide`): same featurizer, same threshold. On *skip* the agent answers the call with :data:`SKIPPED_TOOL_MESSAGE` (the loop's fixed no-op
-result) and re-asks its model; on *continue* it appends the answer and :data:`VERIFY_PROMPT` and re-asks.
-Needs torch and the featurizers; never Lightning or TRL.
-"""
+hooks (:func:`~runtime.controller_hooks.decide`): same featurizer, same threshold. On *skip* the agent answers the
+call with :data:`SKIPPED_TOOL_MESSAGE` (the loop's fixed no-op result) and re-asks its model; on *continue* it
+appends the answer and :data:`VERIFY_PROMPT` and re-asks. Needs torch and the featurizers; never Lightning or TRL."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field

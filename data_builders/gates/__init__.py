@@ -18,9 +18,10 @@ Gates are found as the environments and task generators are: every module of thi
 then every module named by the ``toolwise.gates`` entry-point group of installed distributions and by the
 ``TOOLWISE_GATES`` environment variable (comma-separated dotted module paths), so a gate written outside the
 package is registered by naming its module, with nothing inside the package edited
-(docs/architecture.md#add-a-controller). Only names and light callables live in a spec: the labeler is a ``module:function`` path imported when
-a build asks for it (it loads the agent loop), and the controller class is resolved through ``controllers`` by the
-layers above (this package imports neither ``controllers`` nor ``trainers``).
+(docs/architecture.md#add-a-controller). Only names and light callables live in a spec: the labeler is a
+``module:function`` path imported when a build asks for it (it loads the agent loop), and the controller class is
+resolved through ``controllers`` by the layers above (this package imports neither ``controllers`` nor
+``trainers``).
 """
 from __future__ import annotations
 

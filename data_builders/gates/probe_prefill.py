@@ -52,8 +52,8 @@ class ProbeBaselines:
 
 @dataclass
 class ProbeArm:
-    checkpoint: Optional[str] = param(None, "an exported probe_prefill checkpoint (default: checkpoints.probe_prefill); "
-                                            "null: the arm is off")
+    checkpoint: Optional[str] = param(None, "an exported probe_prefill checkpoint (default: "
+                                            "checkpoints.probe_prefill); null: the arm is off")
     styles: List[str] = param(["soft", "hard"], "response prefills: soft (a sentence) | hard (a forced prefix)",
                               items=PREFILL_STYLES)
     taus: List[Any] = param([0.1, 0.3, 0.5, 0.7, 0.9], "numbers or calibrated (the checkpoint's own τ; OmegaConf "
