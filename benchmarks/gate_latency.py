@@ -23,6 +23,7 @@ import recipes
 
 from data_builders.agent import prompts as P
 from data_builders.features import minilm
+from data_builders.gates import gates as registered
 from data_builders.features.toolgate import MAX_TOKENS, embed_texts, summary_text
 from data_builders.agent.hooks import PromptState
 from runtime.api import Gates
@@ -71,8 +72,8 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     ref = recipes.compose("rollout").checkpoints
-    gates = Gates.load(toolgate=str(REPO / ref.toolgate), g_step=str(REPO / ref.g_step),
-                       probe_prefill=str(REPO / ref.probe_prefill), tokenizer=None)
+    # every gate of the registry with a committed checkpoint
+    gates = Gates.load({name: str(REPO / ref[name]) for name in registered() if ref.get(name)}, tokenizer=None)
 
     msgs = conversation(60)   # a question far past MAX_TOKENS: the encoder reads its cap
     pending = call("25+8+9", "c2")
@@ -94,9 +95,11 @@ def main() -> None:
 
     # the probe's decision on the last prompt token's states (the prefill forward itself is the policy's own,
     # shared with generation): a stand-in tensor of the committed probe's input shape
-    hidden = torch.randn(*gates.probe_prefill.contract["input_shape"])
+    first = gates.at("pre_generation")[0]          # the gate that reads the first prompt's states (Probe&Prefill)
+    controller = gates.controllers[first]
+    hidden = torch.randn(*controller.contract["input_shape"])
     state = PromptState("prompt", [], hidden, list(range(hidden.shape[0])))
-    probe = statistics.median(decide("probe_prefill", gates.probe_prefill, state).latency_ms for _ in range(args.n))
+    probe = statistics.median(decide(first, controller, state).latency_ms for _ in range(args.n))
 
     print(f"threads={torch.get_num_threads()} n={args.n} summary_chars={len(text)} summary_wordpieces={pieces} "
           f"(the encoder reads {min(pieces, MAX_TOKENS)})")

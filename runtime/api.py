@@ -1,7 +1,7 @@
 """The runtime API: exported gates asked from any agent that speaks OpenAI chat messages.
 
-    gates = Gates.load({"toolgate": "checkpoints/toolgate/<run>", "g_step": "checkpoints/g_step/<run>"},
-                       policy=backend.fingerprint)          # any gates of the registry, by name
+    gates = Gates.load({"<gate>": "checkpoints/<gate>/<run>", ...},     # any gates of the registry, by name
+                       policy=backend.fingerprint)
     d = gates.tool_call(messages, tools, response_message["tool_calls"][0])   # pre_call: execute | skip
     d = gates.answer(messages, tools, answer_text, logprobs)                  # on_answer: continue | commit
 

@@ -34,8 +34,7 @@ def load_gates(cfg: DictConfig, policy: str | None = None):
 
     # warmed up before the port opens: the first request must not wait seconds for the encoder to load
     return Gates.load(paths, policy=policy or cfg.policy, strict=cfg.strict,
-                      taus={k: v for k, v in (cfg.get("taus") or {}).items() if v is not None},
-                      options={g.name: {"style": cfg.prefill_style} for g in gates_at("pre_generation")}).warmup()
+                      taus={k: v for k, v in (cfg.get("taus") or {}).items() if v is not None}).warmup()
 
 
 def build(cfg: DictConfig):

@@ -34,10 +34,11 @@ from data_builders.agent import prompts as P
 from data_builders.environments.base import serialize
 from data_builders.gates import ON_ERROR_MODES, gate_named, gates_at
 from data_builders.protocol import TOOL_CALL_OPEN
-from .config import ServeGates
 
+from .config import ServeGates
 from .metrics import Metrics
 from .upstream import Upstream
+
 
 def on_error_action(mode: str, gate: str) -> str:
     """What a failure of ``gate`` applies under ``gates.on_error=mode`` (each gate's own rule, its spec's
@@ -107,8 +108,7 @@ class Gater:
         """Probe&Prefill on this upstream call: a conversation's first turn (no assistant message yet, so never a
         re-ask) that offers the policy tools (without any there is no tool decision to make), a probe loaded, and the
         policy in this process (no HTTP upstream returns hidden states)."""
-        return (bool(tools) and getattr(self.upstream, "local", False) and self.gates is not None
-                and self._asks("pre_generation")
+        return (bool(tools) and getattr(self.upstream, "local", False) and self._asks("pre_generation")
                 and not any(m.get("role") == "assistant" for m in context))
 
     def _failed(self, gate: str, error: Exception) -> dict:
@@ -118,8 +118,7 @@ class Gater:
 
     async def _decide(self, moment: str, ask: Callable[[], Any]) -> dict | None:
         """``ask()``'s decision at ``moment`` as a record, or None when the gates answer None. Gates run torch: a
-        worker thread
-        keeps the event loop serving other requests meanwhile. The gate-latency histogram includes the wait for a
+        worker thread keeps the event loop serving other requests meanwhile. The gate-latency histogram includes the wait for a
         free worker; the decision's own ``latency_ms`` is featurizing + forward only."""
         start = time.perf_counter()
         try:

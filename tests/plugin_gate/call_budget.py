@@ -15,10 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from torch import nn
-
 import controllers
-from controllers.base import Controller, Standardize
+from controllers import ToolGateLogistic
 from data_builders.agent.hooks import Hooks
 from data_builders.agent.loop import Agent
 from data_builders.features import Featurizer
@@ -70,17 +68,11 @@ def label_call_budget(backend, tasks, splits, cfg, progress=None):
 
 
 @controllers.register
-class CallBudgetLogistic(Controller):
+class CallBudgetLogistic(ToolGateLogistic):
+    """A logistic regression on the four numbers: ToolGate's model under a registry name of its own (a gate's class
+    may be any Controller; reusing one shows the registration, not a new model)."""
+
     registry_name = "call_budget_logistic"
-
-    def __init__(self, *, contract: dict, tau: float = 0.5, temperature: float = 1.0, controller: str | None = None):
-        super().__init__(contract=contract, tau=tau, temperature=temperature, controller=controller)
-        (dim,) = contract["input_shape"]
-        self.norm = Standardize(dim)
-        self.linear = nn.Linear(dim, 1)
-
-    def logits(self, x: torch.Tensor) -> torch.Tensor:
-        return self.linear(self.norm(x)).squeeze(-1)
 
 
 @dataclass

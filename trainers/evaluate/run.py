@@ -54,8 +54,8 @@ from data_builders.metrics.pte import PTEConfig, trajectory_pte
 from data_builders.points.store import load_points
 from data_builders.tasks.schema import task_key
 from recipes import CONFIG_DIR
-import trainers.evaluate.config  # noqa: F401 - its schemas, stored before Hydra composes
 from runtime.controller_hooks import Cascade, GateHook, checked
+import trainers.evaluate.config  # noqa: F401 - its schemas, stored before Hydra composes
 from trainers.evaluate.cache import TrajectoryCache, file_digest, load_scores, store_scores
 from trainers.evaluate.report import COLUMNS, metric_rows, write_report
 from trainers.intervals import BootstrapSpec, mean_interval, paired_difference_interval
