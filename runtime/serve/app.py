@@ -23,7 +23,7 @@ from .disconnect import unless_disconnected
 from .gating import Gater, GatePolicy
 from .metrics import Metrics
 from .protocol import APIError, ChatRequest, validation_error
-from .server import BodyDeadline
+from .server import BodyDeadline, ShutdownResponses
 from .streaming import stream_completion
 from .upstream import Upstream
 
@@ -203,6 +203,7 @@ def create_app(cfg: Any, gates: Any, upstream: Upstream) -> FastAPI:
                             status_code=500)
 
     app.add_middleware(BodyDeadline, timeout_s=cfg.limits.body_timeout_s)
+    app.add_middleware(ShutdownResponses, metrics=metrics)      # inside CountRequests: its 503s are counted
     app.add_middleware(CountRequests, metrics=metrics)
 
     @app.get("/health")

@@ -14,7 +14,8 @@ the protection would then be gone with no error. Who bounds what:
   503, so a flood is refused cheaply rather than exhausting file descriptors, which the upstream's connections
   and the model files need too;
 * SIGTERM: ``timeout_graceful_shutdown`` (``limits.shutdown_timeout_s``) for the requests in flight, then they
-  are cancelled (a local generation stops at its next slice);
+  are cancelled (a local generation stops at its next slice) and :class:`ShutdownResponses` answers each as
+  OpenAI would: a 503 ``server_shutting_down`` body, or a closing error event on a stream already under way;
 * the request body: :class:`BodyDeadline` (``limits.body_timeout_s``, 408), plain ASGI middleware, since
   uvicorn has no body deadline but an ASGI app sees every part of a body arrive;
 * the time a client takes to send a request head, and a connection that sends nothing: no uvicorn setting
@@ -28,6 +29,8 @@ starts a fresh worker; this process loads its gates (and with ``upstream=local``
 """
 from __future__ import annotations
 
+import asyncio
+import json
 from typing import Any
 
 import anyio
@@ -103,6 +106,61 @@ class BodyDeadline:
             await send(message)
 
         await self.app(scope, receive_in_time, send_after_body)
+
+
+class ShutdownResponses:
+    """What a request cancelled by the server's shutdown (uvicorn cancels the requests still in flight once
+    ``timeout_graceful_shutdown`` has passed) sends its client. Left to uvicorn, one whose response had not started
+    got a plain-text ``500 Internal Server Error`` and a logged traceback, and a stream was cut without a last event,
+    so OpenAI's clients saw a server fault (or an incomplete read) where the server had only stopped. Here:
+
+    * no response started: a 503 with OpenAI's error body (code ``server_shutting_down``) and ``connection: close``;
+      the openai client retries a 503, so behind a load balancer the request goes to a replica still running;
+    * a stream under way (``text/event-stream``): a ``data: {"error": ...}`` event, which OpenAI's clients raise,
+      ends it (no ``[DONE]``: the answer is incomplete);
+    * another response under way: it stops where it was (nothing can be added to a body whose length was sent).
+
+    Only a cancellation reaches this far: a client that disconnects is not cancelled by uvicorn (the app sees
+    ``http.disconnect``, :mod:`.disconnect`), and every exception is answered by the app's own handlers. The
+    cancellation ends here: the request's task has nothing left to do but finish, which is what the shutdown
+    waits for."""
+
+    MESSAGE = "the server is shutting down and stopped this request: send it again (to another replica)"
+
+    def __init__(self, app: Any, metrics: Any = None):
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        started, streaming, finished = False, False, False
+
+        async def tracking(message: dict) -> None:
+            nonlocal started, streaming, finished
+            if message["type"] == "http.response.start":
+                started = True
+                streaming = any(k.lower() == b"content-type" and v.startswith(b"text/event-stream")
+                                for k, v in message.get("headers", []))
+            elif message["type"] == "http.response.body" and not message.get("more_body", False):
+                finished = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking)
+        except asyncio.CancelledError:
+            if finished or (started and not streaming):
+                return
+            error = APIError(503, self.MESSAGE, code="server_shutting_down")
+            if self.metrics is not None:
+                self.metrics.errors.labels("503", error.code).inc()
+            body = json.dumps(error.body()).encode()
+            if not started:
+                await send({"type": "http.response.start", "status": 503,
+                            "headers": [(b"content-type", b"application/json"), (b"connection", b"close"),
+                                        (b"content-length", str(len(body)).encode())]})
+                await send({"type": "http.response.body", "body": body})
+            else:
+                await send({"type": "http.response.body", "body": b"data: " + body + b"\n\n", "more_body": False})
 
 
 def uvicorn_config(app: Any, limits: Any, *, host: str, port: int, log_level: str = "info",

@@ -4,6 +4,7 @@ while the server keeps serving. Upstream and gates are test doubles (serve/testi
 beyond loopback."""
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -795,3 +796,33 @@ def test_a_plain_proxy_loads_neither_torch_nor_the_training_code():
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip() == "[]", proc.stdout
+
+
+def test_a_stream_cut_by_the_shutdown_ends_with_an_error_event():
+    """A stream already under way when the shutdown cancels it: a last ``data: {"error": ...}`` event, which the
+    openai client raises, instead of a stream that stops mid-answer (no ``[DONE]``)."""
+    from runtime.serve.server import ShutdownResponses
+
+    async def streaming_app(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"text/event-stream; charset=utf-8")]})
+        await send({"type": "http.response.body", "body": b'data: {"choices": []}\n\n', "more_body": True})
+        raise asyncio.CancelledError("Task cancelled, timeout graceful shutdown exceeded")
+
+    async def plain_app(scope, receive, send):
+        raise asyncio.CancelledError
+
+    async def run(app) -> list[dict]:
+        sent: list[dict] = []
+
+        async def send(message):
+            sent.append(message)
+
+        await ShutdownResponses(app)({"type": "http"}, None, send)      # the cancellation ends here
+        return sent
+
+    sent = asyncio.run(run(streaming_app))
+    assert sent[-1]["more_body"] is False and sent[-1]["body"].startswith(b"data: {")
+    assert json.loads(sent[-1]["body"][6:])["error"]["code"] == "server_shutting_down"
+    start, body = asyncio.run(run(plain_app))
+    assert start["status"] == 503 and json.loads(body["body"])["error"]["code"] == "server_shutting_down"

@@ -416,11 +416,13 @@ def test_a_huge_generation_neither_stalls_a_good_request_nor_outlives_its_client
 @pytest.mark.slow
 def test_sigterm_stops_the_server_promptly_during_a_long_generation(tiny_model_dir, tmp_path):
     """uvicorn waits for requests in flight on SIGTERM, by default without end: a long generation kept the server
-    up past 30 s."""
+    up past 30 s. The requests it then cancels get OpenAI's error shape (503 server_shutting_down), not uvicorn's
+    plain-text 500 and a logged traceback."""
     port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "runtime.serve", "upstream=local", "model=hf",
                                f"model.name={tiny_model_dir}", f"port={port}", f"hydra.run.dir={tmp_path}"],
                               cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    answers: list[httpx.Response] = []
     try:
         url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 120
@@ -431,10 +433,15 @@ def test_sigterm_stops_the_server_promptly_during_a_long_generation(tiny_model_d
                     break
             except httpx.HTTPError:
                 time.sleep(0.2)
-        for _ in range(3):                  # three long generations queued for the one policy
-            threading.Thread(target=lambda: httpx.post(f"{url}/v1/chat/completions", timeout=90, json={
-                "model": str(tiny_model_dir), "max_tokens": 4050, "messages": [{"role": "user", "content": "Go."}]}),
-                daemon=True).start()
+
+        def ask(stream: bool) -> None:
+            answers.append(httpx.post(f"{url}/v1/chat/completions", timeout=90, json={
+                "model": str(tiny_model_dir), "max_tokens": 4050, "stream": stream,
+                "messages": [{"role": "user", "content": "Go."}]}))
+
+        asking = [threading.Thread(target=ask, args=(stream,), daemon=True) for stream in (False, False, True)]
+        for thread in asking:               # three long generations queued for the one policy
+            thread.start()
         time.sleep(1.5)                     # generating
         start = time.monotonic()
         server.send_signal(signal.SIGTERM)
@@ -442,10 +449,19 @@ def test_sigterm_stops_the_server_promptly_during_a_long_generation(tiny_model_d
         # limits.shutdown_timeout_s (5 s) for the requests in flight, then they are cancelled at their next slice;
         # the three generations would take over 20 s more
         assert time.monotonic() - start < 9.0
+        for thread in asking:
+            thread.join(timeout=10)
+        log = server.stdout.read()
     finally:
         if server.poll() is None:
             server.kill()
             server.wait()
+    # each one, the streamed one too (upstream=local sends a turn once it is generated: nothing had gone out)
+    assert len(answers) == 3
+    for r in answers:
+        assert r.status_code == 503 and r.headers["content-type"] == "application/json", r.text
+        assert r.json()["error"]["code"] == "server_shutting_down" and r.json()["error"]["type"] == "server_error"
+    assert "Exception in ASGI application" not in log and "Traceback" not in log, log[-3000:]
 
 
 # ------------------------------------------------------------------------------------- any valid body: never a 500
