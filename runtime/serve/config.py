@@ -40,6 +40,10 @@ class ServeLocalUpstream:
     slice_tokens: int = param(32, "tokens generated per turn of the one policy: a long generation yields the "
                                   "policy to waiting requests between slices, and stops at the next one when its "
                                   "client leaves or the server shuts down", ge=1)
+    constrained_calls: Optional[bool] = param(None, "a tool_choice that forces a call (required, or a named "
+                                                    "function) is decoded under the call's grammar (xgrammar), so "
+                                                    "the turn is that call, well formed; null: when xgrammar is "
+                                                    "installed (.[constrained]); false: the call's opening only")
 
 
 ServeTaus = per_gate("ServeTaus", lambda g: (Optional[float], param(None, "null: the checkpoint's calibrated τ",

@@ -37,6 +37,7 @@ from data_builders.protocol import TOOL_CALL_OPEN
 
 from .config import ServeGates
 from .metrics import Metrics
+from .protocol import APIError
 from .upstream import Upstream
 
 
@@ -69,6 +70,35 @@ class GatePolicy:
 
 def skipped_call_message(call: dict) -> dict:
     return {"role": "tool", "tool_call_id": call["id"], "content": serialize(P.SKIPPED_CALL_RESULT)}
+
+
+def forced_call(tool_choice: Any) -> str | None:
+    """The call a ``tool_choice`` demands: a function's name, "" for any call ("required"), None when the model
+    decides (auto / none / absent)."""
+    if tool_choice == "required":
+        return ""
+    if isinstance(tool_choice, dict):
+        return str((tool_choice.get("function") or {}).get("name", ""))
+    return None
+
+
+def check_forced_call(tool_choice: Any, choice: dict, local: bool = False) -> None:
+    """A turn that ``tool_choice`` forced to a call must be that call: a client that named a function waits for
+    its call, and a reply with no call (or another one) would end its agent with an empty output. Refused as a
+    502, saying what the model did instead."""
+    name = forced_call(tool_choice)
+    if name is None:
+        return
+    calls = [c["function"]["name"] for c in choice["message"].get("tool_calls") or []]
+    if calls and (not name or name in calls):
+        return
+    wanted = f"a call to {name!r}" if name else "a tool call"
+    did = (f"called {calls}" if calls else "stopped at max_tokens before the call was complete"
+           if choice.get("finish_reason") == "length" else "made no call")
+    hint = (" (upstream.constrained_calls decodes a forced call under its grammar: install xgrammar, "
+            ".[constrained])" if local and choice.get("finish_reason") != "length" else "")
+    raise APIError(502, f"tool_choice demanded {wanted}, but the model {did}{hint}",
+                   code="tool_choice_not_followed", param="tool_choice")
 
 
 def token_logprobs(choice: dict) -> list[float] | None:
@@ -221,7 +251,8 @@ class Gater:
                 malformed_calls.append({"round": calls - 1, "text": malformed})
             if turn.get("tool_calls"):
                 records = []
-                for call in turn["tool_calls"]:
+                # a call the client's tool_choice forced is the client's decision, not the model's: not gated
+                for call in turn["tool_calls"] if forced_call(request.get("tool_choice")) is None else []:
                     rec = await self.tool_call(context, tools, call)
                     if rec is not None:
                         rec.update(round=calls - 1, call_id=call["id"], call=call["function"]["name"])
@@ -262,6 +293,7 @@ class Gater:
             self.metrics.continues.inc()
             injected += [{"role": "assistant", "content": turn["content"]},
                          {"role": "user", "content": P.VERIFY_PROMPT}]
+        check_forced_call(request.get("tool_choice"), choice, local=getattr(self.upstream, "local", False))
         if self.policy.logprobs and not request.get("logprobs"):
             choice["logprobs"] = None       # asked for the gate, not by the client
         if usage:

@@ -14,9 +14,14 @@ structured ``tool_calls`` (finish_reason ``tool_calls``) and its markup is not l
 only the text around it (None when there is none). A ``<tool_call>`` the policy opened but wrote malformed is
 neither a call nor the answer: the reply is the text before it (finish_reason ``stop``), and the markup goes to
 the gating layer, which returns it in ``toolwise.malformed_calls`` and counts it
-(``toolwise_malformed_calls_total``); never an error. ``tool_choice``: ``none`` shows the policy no tools (and
-nothing it writes is read as a call); ``required`` forces the opening of a call, a named function the opening of
-that function's call up to its arguments (the hard "use" prefill, extended), so the policy writes the rest.
+(``toolwise_malformed_calls_total``); never an error, and never an empty reply: a turn that is nothing but a malformed
+call comes back as its text. ``tool_choice``: ``none`` shows the policy no tools (and nothing it writes is read as
+a call); ``required`` and a named function force the call: with xgrammar installed (``upstream.constrained_calls``)
+the call is opened and decoded under the grammar of the tools it allows (that function alone, when named), in
+one slice, so the turn is that call with arguments that parse against its schema; without it, the call is opened as
+far as tool_choice decides it (a named function up to its arguments) and the policy writes the rest. A forced
+turn that still holds no such call is a 502 ``tool_choice_not_followed`` from the gating layer, never an empty
+reply.
 
 No request can hold the policy for long: a prompt the context (``upstream.max_context``, default the model's
 positions) cannot hold is refused with 400 ``context_length_exceeded`` before any forward pass, and ``max_tokens``
@@ -40,6 +45,7 @@ from pydantic import ValidationError
 from data_builders.agent import prompts as P
 from data_builders.agent.parsing import TOOL_CALL_CLOSE, TOOL_CALL_OPEN, ToolCall, parse_tool_call
 from data_builders.backends.base import SamplingParams
+from data_builders.backends.grammar import CallConstraint, import_xgrammar
 from data_builders.environments.base import serialize
 from data_builders.protocol import CALL_PREFILL
 from runtime.messages import check_tools, episode_from_openai
@@ -68,6 +74,31 @@ def forced_call_prefix(tool_choice: Any, call_format: str) -> str:
         text = P.tool_call_text(tool_choice["function"]["name"], {}, call_format)
         return text[:text.rindex("{}")]      # ... "arguments": | "parameters":  — the policy writes the rest
     return ""
+
+
+def forced_call_constraint(tool_choice: Any, tools: list[dict], call_format: str) -> tuple[str, CallConstraint | None]:
+    """The opening and the grammar of a turn whose call ``tool_choice`` decides ("required": one of ``tools``; a
+    named function: that one), decoded under xgrammar: the call is opened (the forced call prefix) and the rest is
+    held to ``{"name": <the tool>, "arguments": <its JSON schema>}`` and the call's close, so the turn is that
+    call, well formed, whatever the policy would have written. ``("", None)`` for any other tool_choice."""
+    if tool_choice == "required":
+        allowed = tools
+    elif isinstance(tool_choice, dict):
+        allowed = [t for t in tools if (t.get("function") or t).get("name") == tool_choice["function"]["name"]]
+    else:
+        return "", None
+    opening = CALL_PREFILL[call_format]
+    return opening, CallConstraint(tuple(allowed), call_format, opened=opening)
+
+
+def grammar_installed() -> bool:
+    """Whether xgrammar (``.[constrained]``; vLLM ships it) is importable: forced calls are then decoded under
+    their grammar."""
+    try:
+        import_xgrammar()
+    except ImportError:
+        return False
+    return True
 
 
 def split_call(text: str, call: ToolCall | None) -> tuple[str, str]:
@@ -105,6 +136,7 @@ class _Generation:
     params: SamplingParams          # budget = params.max_new_tokens (capped to the context)
     logprobs: bool
     state: Any = None               # the probe's prefill state, consumed by the first slice
+    constraint: CallConstraint | None = None    # a forced call's grammar: the generation is one slice
     prompt_ids: list[int] = field(default_factory=list)    # the first slice's prompt as the backend tokenized it
     token_ids: list[int] = field(default_factory=list)
     token_logprobs: list[float] | None = None
@@ -119,13 +151,16 @@ class LocalUpstream:
 
     def __init__(self, backend: Any, *, call_format: str = "xml", models: list[str] | None = None,
                  max_tokens: int = 256, temperature: float = 0.0, max_context: int | None = None,
-                 slice_tokens: int = 32):
+                 slice_tokens: int = 32, constrained_calls: bool | None = None):
         if getattr(backend, "name", None) == "openai":
             raise ValueError("upstream=local runs the policy in this process (backend=hf or vllm); for an "
                              "OpenAI-compatible server, serve it with upstream=http")
         self.backend, self.call_format = backend, call_format
         self.served = list(models or [backend.model_id])
         self.max_tokens, self.temperature, self.slice_tokens = max_tokens, temperature, slice_tokens
+        if constrained_calls and not grammar_installed():
+            import_xgrammar()       # raises, with the install hint
+        self.constrained_calls = grammar_installed() if constrained_calls is None else constrained_calls
         positions = getattr(getattr(backend, "config", None), "max_position_embeddings", None)
         self.max_context = int(max_context or positions or 32768)
         self.base_url = f"local:{backend.fingerprint}"
@@ -145,7 +180,8 @@ class LocalUpstream:
         up = cfg.upstream
         return cls(backend, call_format=call_format_of(backend.fingerprint),
                    models=list(up.models) if up.models else None, max_tokens=up.max_tokens,
-                   temperature=up.temperature, max_context=up.max_context, slice_tokens=up.slice_tokens)
+                   temperature=up.temperature, max_context=up.max_context, slice_tokens=up.slice_tokens,
+                   constrained_calls=up.constrained_calls)
 
     async def models(self) -> list[str]:
         return list(self.served)
@@ -214,13 +250,19 @@ class LocalUpstream:
         prompt, state, prefill, shown = first_turn(self.backend) if first_turn is not None else ("", None, "", True)
         if not prompt:
             prompt = rendered
-        if not prefill and offered:     # "required" / a named function: the call is opened for the policy
+        constraint = None
+        if not prefill and offered and self.constrained_calls:
+            # "required" / a named function: the call is opened and decoded under its grammar, so the turn is
+            # that call (an unconstrained policy may write another, or a malformed one: an empty answer)
+            prefill, constraint = forced_call_constraint(choice_of_tool, offered, self.call_format)
+        elif not prefill and offered:   # without xgrammar the call is opened up to its arguments
             prefill = forced_call_prefix(choice_of_tool, self.call_format)
         room = self.max_context - prompt_tokens - (self.backend.count_tokens(prefill) if prefill else 0)
         if room < 1:
             raise self._too_long(self.max_context - room, "the prompt with its response prefill")
         gen = _Generation(prompt=prompt, prefill=prefill, shown=shown, offered=bool(offered),
-                          params=self._params(payload, room), logprobs=bool(payload.get("logprobs")), state=state)
+                          params=self._params(payload, room), logprobs=bool(payload.get("logprobs")), state=state,
+                          constraint=constraint)
         self._slice(gen, key)
         return gen
 
@@ -232,7 +274,9 @@ class LocalUpstream:
         run of newlines, a character split over two tokens), and the continuation would then read another
         sequence than the one an unsliced generation reads. So slicing changes no token of the output."""
         budget = gen.params.max_new_tokens
-        params = replace(gen.params, max_new_tokens=min(self.slice_tokens, budget - len(gen.token_ids)),
+        # a grammar's state lives in one generate call: a constrained turn (a forced call) is one slice
+        step = budget if gen.constraint is not None else self.slice_tokens
+        params = replace(gen.params, max_new_tokens=min(step, budget - len(gen.token_ids)),
                          seed=gen.params.seed if gen.slices == 0 else None)     # seeded once, not every slice
         if gen.slices == 0:
             prompt: str | list[int] = gen.prompt + gen.prefill
@@ -242,8 +286,9 @@ class LocalUpstream:
                               else self._ids(prompt))
         else:
             prompt = gen.prompt_ids + gen.token_ids
+        constrained = {"constraints": [gen.constraint]} if gen.constraint is not None else {}
         out = self.backend.generate([prompt], params, prefill_state=gen.state, return_logprobs=gen.logprobs,
-                                    cache_keys=[key])[0]
+                                    cache_keys=[key], **constrained)[0]
         gen.state = None        # a prefill state is consumed by the generation that continues it
         if gen.slices == 0:
             gen.prompt_tokens = out.prompt_tokens
@@ -271,6 +316,10 @@ class LocalUpstream:
         # the reply is the text around the call, never its markup (that is what tool_calls carries); an opened call
         # nobody could parse is not returned as the answer either: the gating layer records it
         content, markup = split_call(raw if gen.shown else gen.text, call) if gen.offered else (gen.text, "")
+        if call is None and markup and not content:
+            # a malformed call and nothing else: returned as the text it is (still recorded as malformed), since a
+            # reply with no content and no call ends a client's agent with an empty output
+            content = (raw if gen.shown else gen.text).strip()
         message: dict[str, Any] = {"role": "assistant", "content": content or (None if call is not None else "")}
         if call is not None:
             message["tool_calls"] = [{"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",

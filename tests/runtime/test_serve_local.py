@@ -4,6 +4,7 @@ The tiny random Llama is the policy: its greedy text is gibberish but determinis
 can be compared token for token with toolwise's own agent loop on the same task and probe."""
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -19,11 +20,13 @@ pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
 
 import recipes  # noqa: E402
+from data_builders.agent import prompts as P  # noqa: E402
 from controllers import LinearProbe, make_contract  # noqa: E402
 from data_builders.agent.loop import Agent, AgentConfig  # noqa: E402
 from data_builders.backends.base import Generation  # noqa: E402
 from data_builders.backends.chat import ChatText  # noqa: E402
 from data_builders.gates import gate_of_kind  # noqa: E402
+from data_builders.protocol import CALL_PREFILL  # noqa: E402
 from data_builders.tasks.schema import Task  # noqa: E402
 from runtime.api import Gates  # noqa: E402
 from data_builders.gates.probe_prefill import prefill_text  # noqa: E402
@@ -224,11 +227,12 @@ class ScriptedPolicy(ChatText):
     def __init__(self, tiny, texts):
         self.tokenizer, self.model_id, self.fingerprint = tiny.tokenizer, tiny.model_id, tiny.fingerprint
         self.config = tiny.config
-        self.texts, self.prompts = list(texts), []
+        self.texts, self.prompts, self.constraints = list(texts), [], []
 
     def generate(self, prompts, params, *, prefill_state=None, return_logprobs=False, cache_keys=None,
                  constraints=None):
         self.prompts.append(prompts[0])
+        self.constraints.append(constraints)
         ids = self.tokenizer(self.texts.pop(0), add_special_tokens=False).input_ids
         cut = ids[:params.max_new_tokens]
         return [Generation(text=self.tokenizer.decode(cut), token_ids=cut, prompt_tokens=self.count_tokens(prompts[0]),
@@ -238,10 +242,11 @@ class ScriptedPolicy(ChatText):
         pass
 
 
-def scripted_ask(tiny_backend, texts, gates=None, **body):
+def scripted_ask(tiny_backend, texts, gates=None, constrained_calls=None, **body):
     policy = ScriptedPolicy(tiny_backend, texts)
     gates = ForcedGates() if gates is None else gates
-    with local_client(policy, gates, slice_tokens=10_000) as client:     # one scripted text, one generate
+    with local_client(policy, gates, slice_tokens=10_000,      # one scripted text, one generate
+                      constrained_calls=constrained_calls) as client:
         r = client.post("/v1/chat/completions", json={"model": tiny_backend.model_id, "tools": TOOLS,
                                                        "messages": [{"role": "user", "content": "What is 6*7?"}],
                                                        "max_tokens": 200, **body})
@@ -259,6 +264,18 @@ def test_a_local_call_comes_back_as_tool_calls_without_its_markup_in_the_content
     assert call["function"] == {"name": "calculator", "arguments": '{"x": "6*7"}'}
     r, _, _, _ = scripted_ask(tiny_backend, ['<tool_call>\n{"name": "calculator", "arguments": {}}\n</tool_call>'])
     assert r.json()["choices"][0]["message"]["content"] is None          # nothing but the call
+
+
+def test_a_malformed_call_alone_comes_back_as_text_never_as_nothing(tiny_backend):
+    """A turn that is nothing but a malformed call: no call, and the reply is its text (recorded as malformed),
+    since an empty reply with no call ends a client's agent with an empty output."""
+    markup = '<tool_call>\n{"name": calculator, "arguments": {x: 1}}\n</tool_call>'
+    r, _, gates, metrics = scripted_ask(tiny_backend, [markup])
+    choice = r.json()["choices"][0]
+    assert r.status_code == 200 and choice["finish_reason"] == "stop" and "tool_calls" not in choice["message"]
+    assert choice["message"]["content"] == markup
+    assert r.json()["toolwise"]["malformed_calls"] == [{"round": 0, "text": markup}]
+    assert gates.seen == []         # not an answer for G-STEP either
 
 
 def test_a_malformed_local_call_is_recorded_not_returned_as_the_answer(tiny_backend):
@@ -289,23 +306,70 @@ def test_tool_choice_none_offers_no_tools_and_returns_no_call(tiny_backend):
     assert "calculator" in auto.prompts[0]
 
 
-#: (tool_choice, call format) -> (the opening forced on the policy, the rest it writes)
+#: (tool_choice, call format) -> (the opening forced on the policy, the rest it writes), without a grammar
 OPENINGS = {("required", "xml"): ("<tool_call>\n", '{"name": "calculator", "arguments": {"x": "1"}}\n</tool_call>'),
             ("named", "xml"): ('<tool_call>\n{"name": "calculator", "arguments": ', '{"x": "1"}}\n</tool_call>'),
             ("required", "native"): ('{"name": "', 'calculator", "parameters": {"x": "1"}}'),
             ("named", "native"): ('{"name": "calculator", "parameters": ', '{"x": "1"}}')}
+NAMED = {"type": "function", "function": {"name": "calculator"}}
+TWO_TOOLS = [*TOOLS, {"type": "function", "function": {"name": "search", "description": "web search",
+                                                         "parameters": {"type": "object"}}}]
 
 
-@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "calculator"}}])
+@pytest.mark.parametrize("choice", ["required", NAMED])
 def test_tool_choice_required_or_named_opens_the_call_for_the_policy(tiny_backend, choice):
+    """Without a grammar (upstream.constrained_calls=false, or no xgrammar) the call is opened as far as
+    tool_choice decides it and the policy writes the rest."""
     kind = "required" if choice == "required" else "named"
     opening, rest = OPENINGS[kind, call_format_of(tiny_backend.fingerprint)]
-    r, policy, _, _ = scripted_ask(tiny_backend, [rest], tool_choice=choice)
+    r, policy, _, _ = scripted_ask(tiny_backend, [rest], tool_choice=choice, constrained_calls=False)
     assert r.status_code == 200, r.text
-    assert policy.prompts[0].endswith(opening)
+    assert policy.prompts[0].endswith(opening) and policy.constraints == [None]
     message = r.json()["choices"][0]["message"]
     assert message["tool_calls"][0]["function"] == {"name": "calculator", "arguments": '{"x": "1"}'}
     assert message["content"] is None
+
+
+@pytest.mark.parametrize("choice,allowed", [("required", ["calculator", "search"]), (NAMED, ["calculator"])])
+def test_a_forced_call_is_decoded_under_the_grammar_of_the_tools_it_allows(tiny_backend, choice, allowed):
+    """With xgrammar, the forced call is opened and held to the allowed tools' grammar, in one generate call (a
+    grammar's state does not survive a slice), and the forced call is not the ToolGate's to skip."""
+    pytest.importorskip("xgrammar")
+    fmt = call_format_of(tiny_backend.fingerprint)
+    text = P.tool_call_text("calculator", {"x": "1"}, fmt)[len(CALL_PREFILL[fmt]):]
+    gates = ForcedGates(tool_actions=["skip"])
+    r, policy, _, _ = scripted_ask(tiny_backend, [text], gates=gates, tool_choice=choice, tools=TWO_TOOLS)
+    assert r.status_code == 200, r.text
+    assert policy.prompts[0].endswith(CALL_PREFILL[fmt])
+    [[constraint]] = policy.constraints
+    assert [t["name"] for t in constraint.tools] == allowed and constraint.opened == CALL_PREFILL[fmt]
+    assert r.json()["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "calculator"
+    assert gates.seen == [] and r.json()["toolwise"]["decisions"] == []
+
+
+def test_a_forced_call_on_the_real_policy_is_the_named_call_with_valid_arguments(tiny_backend):
+    """The tiny random policy, which writes no call of its own: under the grammar its forced turn is a call to the
+    named tool whose arguments parse against the tool's schema."""
+    pytest.importorskip("xgrammar")
+    with local_client(tiny_backend, None, max_context=1024) as client:
+        r = client.post("/v1/chat/completions", json={"model": tiny_backend.model_id, "tools": TOOLS,
+                                                       "tool_choice": NAMED, "max_tokens": 96,
+                                                       "messages": [{"role": "user", "content": "What is 6*7?"}]})
+    assert r.status_code == 200, r.text
+    [call] = r.json()["choices"][0]["message"]["tool_calls"]
+    assert call["function"]["name"] == "calculator"
+    assert isinstance(json.loads(call["function"]["arguments"]), dict)
+
+
+def test_a_forced_call_the_model_did_not_make_is_a_clear_error(tiny_backend):
+    """No grammar and a policy that answers instead: a 502 that says what tool_choice demanded and what the model
+    did, not an empty answer."""
+    r, _, _, _ = scripted_ask(tiny_backend, ["I would rather not. \\boxed{42}"], tool_choice=NAMED,
+                              constrained_calls=False)
+    assert r.status_code == 502, r.text
+    error = r.json()["error"]
+    assert error["code"] == "tool_choice_not_followed" and error["param"] == "tool_choice"
+    assert "a call to 'calculator'" in error["message"] and "made no call" in error["message"]
 
 
 @pytest.mark.parametrize("choice,tools,says", [
