@@ -40,6 +40,9 @@ class ServeLocalUpstream:
     slice_tokens: int = param(32, "tokens generated per turn of the one policy: a long generation yields the "
                                   "policy to waiting requests between slices, and stops at the next one when its "
                                   "client leaves or the server shuts down", ge=1)
+    prefill_chunk_tokens: int = param(512, "a prompt is prefilled in chunks of this many tokens, taking turns with "
+                                           "other requests (a long prompt no longer holds the policy for its whole "
+                                           "prefill, and is cancelled between chunks); 0: one forward pass", ge=0)
     constrained_calls: Optional[bool] = param(None, "a tool_choice that forces a call (required, or a named "
                                                     "function) is decoded under the call's grammar (xgrammar), so "
                                                     "the turn is that call, well formed; null: when xgrammar is "

@@ -29,8 +29,10 @@ is capped to the room the prompt leaves (OpenAI's ``max_tokens`` is a most: the 
 ``length``). The policy generates for one request at a time (the backend is not thread-safe, and on CPU torch uses
 every core), in slices of ``upstream.slice_tokens`` tokens taken in turn: a short request waits for a slice of a
 long one, not for all of it, and a request that is cancelled (its client left, the server is shutting down) stops
-at its next slice. A long prompt's prefill is one step, though (a 3,000-token prompt takes seconds on a CPU). For
-throughput put a vLLM server behind ``upstream=http`` — ToolGate and G-STEP work there."""
+at its next slice. A long prompt is prefilled the same way, in chunks of ``upstream.prefill_chunk_tokens`` (512)
+taken in turn with the other requests, except a first turn the probe reads (its prefill is one forward pass over
+the whole prompt, the one the hidden states come from). For throughput put a vLLM server behind
+``upstream=http`` — ToolGate and G-STEP work there."""
 from __future__ import annotations
 
 import time
@@ -151,13 +153,14 @@ class LocalUpstream:
 
     def __init__(self, backend: Any, *, call_format: str = "xml", models: list[str] | None = None,
                  max_tokens: int = 256, temperature: float = 0.0, max_context: int | None = None,
-                 slice_tokens: int = 32, constrained_calls: bool | None = None):
+                 slice_tokens: int = 32, constrained_calls: bool | None = None, prefill_chunk_tokens: int = 512):
         if getattr(backend, "name", None) == "openai":
             raise ValueError("upstream=local runs the policy in this process (backend=hf or vllm); for an "
                              "OpenAI-compatible server, serve it with upstream=http")
         self.backend, self.call_format = backend, call_format
         self.served = list(models or [backend.model_id])
         self.max_tokens, self.temperature, self.slice_tokens = max_tokens, temperature, slice_tokens
+        self.prefill_chunk_tokens = prefill_chunk_tokens
         if constrained_calls and not grammar_installed():
             import_xgrammar()       # raises, with the install hint
         self.constrained_calls = grammar_installed() if constrained_calls is None else constrained_calls
@@ -181,7 +184,7 @@ class LocalUpstream:
         return cls(backend, call_format=call_format_of(backend.fingerprint),
                    models=list(up.models) if up.models else None, max_tokens=up.max_tokens,
                    temperature=up.temperature, max_context=up.max_context, slice_tokens=up.slice_tokens,
-                   constrained_calls=up.constrained_calls)
+                   constrained_calls=up.constrained_calls, prefill_chunk_tokens=up.prefill_chunk_tokens)
 
     async def models(self) -> list[str]:
         return list(self.served)
@@ -193,13 +196,16 @@ class LocalUpstream:
         """The chat completion for ``payload`` and its latency in seconds; ``first_turn``: the gating layer's probe
         step, run in the same worker right before generating (the backend serves one call at a time).
 
-        The generation runs in slices of ``slice_tokens`` tokens, each its own turn on the policy, the KV cache kept
-        between them (``cache_keys``): a request waiting for the policy gets it after the current slice, and a
-        cancelled request (its client left, the server is shutting down) stops after the slice in progress."""
+        The prompt is prefilled in chunks of ``prefill_chunk_tokens`` and the generation runs in slices of
+        ``slice_tokens`` tokens, each its own turn on the policy, the KV cache kept between them (``cache_keys``): a
+        request waiting for the policy gets it after the current chunk or slice, and a cancelled request (its client
+        left, the server is shutting down) stops after the one in progress."""
         start = time.perf_counter()
         key = ("serve", uuid.uuid4().hex)       # this generation's KV cache in the backend
         try:
-            gen = await to_thread.run_sync(partial(self._begin, payload, first_turn, key), limiter=self.limiter)
+            gen = await to_thread.run_sync(partial(self._begin, payload, first_turn), limiter=self.limiter)
+            for end in self._prefill_chunks(gen):
+                await to_thread.run_sync(partial(self._prefill_to, gen, end, key), limiter=self.limiter)
             while gen.finish is None:
                 await to_thread.run_sync(partial(self._slice, gen, key), limiter=self.limiter)
         finally:        # a slice never outlives its await (the worker finishes first), so the cache is free
@@ -228,9 +234,9 @@ class LocalUpstream:
                              f"completion together), which leaves no room to generate: shorten the messages or "
                              f"tools", code="context_length_exceeded", param="messages")
 
-    def _begin(self, payload: dict, first_turn: FirstTurn | None, key: Any) -> _Generation:
+    def _begin(self, payload: dict, first_turn: FirstTurn | None) -> _Generation:
         """Convert and check the request, refuse a prompt the context cannot hold (before any forward pass: the
-        probe's prefill included), run the probe step, and generate the first slice."""
+        probe's prefill included), and run the probe step: the turn, ready to prefill and generate."""
         messages, tools = payload["messages"], payload.get("tools") or []
         choice_of_tool = payload.get("tool_choice")
         try:
@@ -263,8 +269,25 @@ class LocalUpstream:
         gen = _Generation(prompt=prompt, prefill=prefill, shown=shown, offered=bool(offered),
                           params=self._params(payload, room), logprobs=bool(payload.get("logprobs")), state=state,
                           constraint=constraint)
-        self._slice(gen, key)
         return gen
+
+    def _prefill_chunks(self, gen: _Generation) -> list[int]:
+        """Where the prompt's chunked prefill stops before the first slice: every ``prefill_chunk_tokens`` tokens
+        of the prompt (the first slice prefills what is left, at least one token, and generates). A long prompt's
+        prefill then takes turns with the other requests and can be cancelled between chunks, where one forward pass
+        held the only policy for its whole length (a 7,800-token prompt: over a minute on 2 CPU cores). Not after
+        the probe: it prefilled the whole prompt to read its states, and the generation resumes from that state."""
+        if gen.state is not None or not self.prefill_chunk_tokens or self.tokenizer is None:
+            return []
+        gen.prompt_ids = self._ids(gen.prompt + gen.prefill)    # the tokens the first slice's prompt reads as
+        return list(range(self.prefill_chunk_tokens, len(gen.prompt_ids), self.prefill_chunk_tokens))
+
+    def _prefill_to(self, gen: _Generation, end: int, key: Any) -> None:
+        """Prefill the prompt's first ``end`` tokens into the KV cache kept under ``key``: a one-token generation
+        whose token is not kept (the backend keeps the KV of what it fed, the prompt; the next chunk, or the first
+        slice, reuses that prefix and feeds only what follows)."""
+        self.backend.generate([gen.prompt_ids[:end]], SamplingParams(max_new_tokens=1, temperature=0.0),
+                              cache_keys=[key])
 
     def _slice(self, gen: _Generation, key: Any) -> None:
         """Generate up to ``slice_tokens`` more tokens of ``gen``, resuming from the KV cache kept under ``key``.
@@ -281,9 +304,9 @@ class LocalUpstream:
         if gen.slices == 0:
             prompt: str | list[int] = gen.prompt + gen.prefill
             # the tokens the backend reads this as: one text, or with the probe's state the prompt as prefilled
-            # and the response prefill tokenized after it
+            # and the response prefill tokenized after it (a chunked prefill has them already)
             gen.prompt_ids = (self._ids(gen.prompt) + self._ids(gen.prefill) if gen.state is not None
-                              else self._ids(prompt))
+                              else gen.prompt_ids or self._ids(prompt))
         else:
             prompt = gen.prompt_ids + gen.token_ids
         constrained = {"constraints": [gen.constraint]} if gen.constraint is not None else {}

@@ -418,6 +418,25 @@ def test_slicing_changes_no_token_nor_log_prob(tiny_backend):
     assert out[7][2] == pytest.approx(out[1000][2], abs=1e-4) and out[1][2] == pytest.approx(out[1000][2], abs=1e-4)
 
 
+def test_a_chunked_prefill_changes_no_token_and_takes_turns_chunk_by_chunk(tiny_backend):
+    """A prompt prefilled in chunks of 16 tokens generates what one forward pass over it generates (log-probs to
+    rounding), in one backend call per chunk before the slices: each a point where a waiting request gets the
+    policy, or a cancelled one stops."""
+    msgs = [{"role": "user", "content": "Repeat after me: " + " ".join(f"w{i}" for i in range(60))}]
+    out = {}
+    for chunk in (0, 16):
+        policy = Counting(tiny_backend)
+        with TestClient(local_app(policy, prefill_chunk_tokens=chunk, slice_tokens=1000)) as client:
+            r = client.post("/v1/chat/completions", json={"model": tiny_backend.model_id, "messages": msgs,
+                                                           "max_tokens": 24, "logprobs": True}).json()
+        out[chunk] = (r["choices"][0]["message"]["content"], r["usage"],
+                      [t["logprob"] for t in r["choices"][0]["logprobs"]["content"]], policy.calls)
+    prompt_tokens = out[0][1]["prompt_tokens"]
+    assert prompt_tokens > 100 and out[16][:2] == out[0][:2]
+    assert out[16][2] == pytest.approx(out[0][2], abs=1e-4)
+    assert out[0][3] == 1 and out[16][3] == 1 + (prompt_tokens - 1) // 16     # the chunks, then one slice
+
+
 def test_a_prompt_over_the_context_is_refused_before_any_generation(tiny_backend):
     policy = ScriptedPolicy(tiny_backend, ["never"])
     with TestClient(local_app(policy, max_context=64)) as client:
