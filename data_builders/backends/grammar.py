@@ -19,6 +19,7 @@ generated tokens.
 """
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -125,18 +126,20 @@ def import_xgrammar():
 
 
 class GrammarCache:
-    """Compiled call grammars for one tokenizer, by structural tag (a task set reuses a few tool sets)."""
+    """Compiled call grammars for one tokenizer, by structural tag (a task set reuses a few tool sets). At most
+    ``max_grammars`` are kept, least recently used first out: a server's clients send tool sets without end, and
+    a compiled grammar holds token masks of the whole vocabulary (xgrammar's own cache is off for that reason: it
+    is unbounded by default)."""
+
+    max_grammars = 64
 
     def __init__(self, tokenizer: Any, vocab_size: int):
         xgr = import_xgrammar()
         self._xgr = xgr
         # vocab_size: the LM head's width, which may exceed the tokenizer's (padding rows).
         self.info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size)
-        self.compiler = xgr.GrammarCompiler(self.info)
-        self._compiled: dict[str, Any] = {}
+        self.compiler = xgr.GrammarCompiler(self.info, cache_enabled=False)
+        self._compile = functools.lru_cache(maxsize=self.max_grammars)(self.compiler.compile_structural_tag)
 
     def get(self, constraint: CallConstraint):
-        k = constraint.key()
-        if k not in self._compiled:
-            self._compiled[k] = self.compiler.compile_structural_tag(k)
-        return self._compiled[k]
+        return self._compile(constraint.key())

@@ -14,6 +14,7 @@ the LM head's weights nor a KV cache.
 """
 from __future__ import annotations
 
+import functools
 import inspect
 from contextlib import contextmanager
 from typing import Any, Hashable, Iterator, Sequence
@@ -244,6 +245,8 @@ class HFBackend(ChatText, Backend):
     #: (the command-line entry points, ``TOOLWISE_MALLOC_TUNING=1``), as it is process-wide. False: glibc's
     #: defaults even there (the previous code path, kept for benchmarks/main_job.py's side-by-side).
     tune_malloc = True
+    #: stop-string criteria kept (one per distinct ``stop`` tuple; the agent loop uses a handful)
+    max_stop_criteria = 32
 
     def __init__(self, model, tokenizer, *, model_id: str, adapter: str | None = None, max_batch_size: int = 32,
                  max_batch_tokens: int = 16384):
@@ -280,7 +283,10 @@ class HFBackend(ChatText, Backend):
         # generated one have ended.
         gen_eos = getattr(gen_cfg, "eos_token_id", None)
         self._generate_eos = set(gen_eos if isinstance(gen_eos, list) else [] if gen_eos is None else [gen_eos])
-        self._stoppers: dict[tuple[str, ...], StoppingCriteria] = {}
+        # the library's stop-string criterion per stop tuple, built once (it preprocesses the whole vocabulary: ≈ 2 MiB
+        # for SmolLM2's). Bounded, least recently used out: the endpoint's clients send stop strings without end, and
+        # an unbounded cache grew the server by ≈ 2 MiB per distinct `stop` (benchmarks/serve_memory.py)
+        self._stop_criterion = functools.lru_cache(maxsize=self.max_stop_criteria)(self._new_stop_criterion)
 
     # ---------------------------------------------------------------- identity
     @property
@@ -478,11 +484,9 @@ class HFBackend(ChatText, Backend):
             else:
                 ids = out.sequences
 
-    def _stop_criterion(self, stop: tuple[str, ...]) -> StoppingCriteria:
-        """The library's stop-string criterion for ``stop``, built once (it preprocesses the whole vocabulary)."""
-        if stop not in self._stoppers:
-            self._stoppers[stop] = StopStringCriteria(tokenizer=self.tokenizer, stop_strings=list(stop))
-        return self._stoppers[stop]
+    def _new_stop_criterion(self, stop: tuple[str, ...]) -> StoppingCriteria:
+        """The library's stop-string criterion for ``stop`` (cached by ``self._stop_criterion``)."""
+        return StopStringCriteria(tokenizer=self.tokenizer, stop_strings=list(stop))
 
     def _compile(self, prompts: list[str], constraints) -> list | None:
         """Each prompt's compiled call grammar (None: unconstrained), or None when no prompt has one."""

@@ -75,6 +75,18 @@ def test_open_call_is_continued_and_closed_calls_are_not():
         CallConstraint((), "xml")
 
 
+@needs_xgrammar
+def test_compiled_grammars_are_bounded_least_recently_used_out(tiny_backend, monkeypatch):
+    from data_builders.backends.grammar import GrammarCache
+
+    monkeypatch.setattr(GrammarCache, "max_grammars", 3)
+    cache = GrammarCache(tiny_backend.tokenizer, tiny_backend.config.vocab_size)
+    constraints = [CallConstraint((tool(f"t{i}", {"on": {"type": "boolean"}}),)) for i in range(5)]
+    compiled = [cache.get(c) for c in constraints]
+    assert cache._compile.cache_info().currsize == 3
+    assert cache.get(constraints[-1]) is compiled[-1] and cache.get(constraints[0]) is not compiled[0]
+
+
 def test_missing_xgrammar_names_the_pip_command(monkeypatch):
     monkeypatch.setitem(sys.modules, "xgrammar", None)
     with pytest.raises(ImportError, match=r"pip install '\.\[constrained\]'"):

