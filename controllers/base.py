@@ -217,6 +217,19 @@ class Controller(nn.Module, PyTorchModelHubMixin, library_name="toolwise", tags=
         return torch.sigmoid(self(x))
 
     @torch.no_grad()
+    def support_distance(self, x: torch.Tensor) -> torch.Tensor | None:
+        """Per row of ``x``, how far it lies from the data the controller was trained on: the largest |z| of its
+        features under the training mean and standard deviation the controller standardises with (a feature
+        constant in training has scale 1). None for a controller without them. A decision on a row far outside
+        (a short tool-free chat, where every training episode called a tool over a long context) is the network's
+        extrapolation, not something it learned. None too while the statistics are the identity (mean 0, scale 1
+        everywhere: never fit, e.g. a controller built in a test), which says nothing about any training data."""
+        norm = getattr(self, "norm", None)
+        if not isinstance(norm, Standardize) or (not norm.mean.any() and bool((norm.std == 1).all())):
+            return None
+        return norm(self.norm_input(self._check_shape(x)).float()).abs().amax(dim=-1)
+
+    @torch.no_grad()
     def decide(self, x: torch.Tensor) -> torch.Tensor:
         """True where the positive action (call a tool / execute / continue) is chosen: p >= τ."""
         return self.predict_proba(x) >= self.tau

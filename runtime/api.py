@@ -89,6 +89,7 @@ class Gates:
     counter: TokenCounter | None = None
     taus: dict[str, float] = field(default_factory=dict)   # per-gate τ override; default the calibrated τ
     options: dict[str, dict] = field(default_factory=dict)  # per-gate hook options (the probe's style)
+    support_z: dict[str, float | None] = field(default_factory=dict)   # per-gate support limit (decide)
 
     def __getattr__(self, name: str):
         # only for names that are not attributes: a registered gate's controller, None when not loaded
@@ -103,7 +104,7 @@ class Gates:
     def load(cls, paths: dict[str, str | None] | None = None, *, policy: str | None = None, strict: bool = True,
              tokenizer: str | TokenCounter | None = "auto", call_format: str = "auto",
              taus: dict[str, float] | None = None, options: dict[str, dict] | None = None,
-             **named: str | None) -> "Gates":
+             support_z: dict[str, float | None] | None = None, **named: str | None) -> "Gates":
         """Exported checkpoint dirs (or hub ids) by gate name: ``paths`` and/or keywords
         (``Gates.load(toolgate=..., g_step=...)``); a None path leaves that gate out. Each controller's contract is
         checked against its gate's featurizer and, when ``policy`` (a backend fingerprint) is given and ``strict``,
@@ -111,9 +112,12 @@ class Gates:
         (``auto``: the loop's rule on the policy, else on the first gate's contract). ``tokenizer``: the policy's
         tokenizer, for token counts the messages lack (gates that read them): a path / hub id, a tokenizer, a
         toolwise backend, None, or ``auto`` (default: the policy's, found from the fingerprint when it is on this
-        machine). ``taus``: gate name -> τ (default: calibrated). ``options``: gate name -> its hook's options."""
+        machine). ``taus``: gate name -> τ (default: calibrated). ``options``: gate name -> its hook's options.
+        ``support_z``: gate name -> its support limit (:func:`~runtime.controller_hooks.decide`; default the gate's
+        own, ``Gate.support_z``: G-STEP 8, the others none; None: always decide)."""
         paths = {**(paths or {}), **named}
-        for where, names in (("checkpoints", paths), ("taus", taus or {}), ("options", options or {})):
+        for where, names in (("checkpoints", paths), ("taus", taus or {}), ("options", options or {}),
+                             ("support_z", support_z or {})):
             unknown = sorted(set(names) - set(gates()))
             if unknown:
                 raise ValueError(f"{where}: unknown gate(s) {unknown}; gates: {sorted(gates())}")
@@ -130,8 +134,9 @@ class Gates:
         for name, o in opts.items():     # an unknown option value (a prefill style) fails here, not per request
             gate = gate_named(name)
             gate.act(gate.actions[1], **{**o, "call_format": call_format})
+        limits = {name: (support_z or {}).get(name, gate_named(name).support_z) for name in loaded}
         return cls(loaded, policy=policy, strict=strict, call_format=call_format, counter=counter,
-                   taus=dict(taus or {}), options=opts)
+                   taus=dict(taus or {}), options=opts, support_z=limits)
 
     def at(self, moment: str) -> list[str]:
         """The loaded gates that decide at ``moment``, in registry order."""
@@ -157,7 +162,8 @@ class Gates:
         decision = None
         for name in self.at(moment):
             try:
-                decision = decide(name, self.controllers[name], *state, tau=self.taus.get(name))
+                decision = decide(name, self.controllers[name], *state, tau=self.taus.get(name),
+                                  support_z=self.support_z.get(name))
             except Exception as e:
                 raise GateError(name, e) from e
             if decision.action != MOMENTS[moment]["passes"]:
@@ -214,7 +220,7 @@ class Gates:
         state = backend.prefill([prompt], layers)
         try:
             decision = decide(gate, controller, PromptState(prompt, loop_messages, state.hidden[0], state.layers),
-                              tau=self.taus.get(name))
+                              tau=self.taus.get(name), support_z=self.support_z.get(name))
         except Exception as e:
             raise GateError(name, e) from e
         return decision, prompt, state

@@ -37,18 +37,32 @@ class GateDecision:
     probability: float
     tau: float
     latency_ms: float  # featurizing + the controller's forward (what a deployment adds per decision)
+    support: float | None = None    # the input's largest |z| under the training statistics (Controller.support_distance)
+    reason: str | None = None       # "out_of_support": past the support limit, the open action was taken
 
 
-def decide(gate: Gate | str, controller: Controller, *state: Any, tau: float | None = None) -> GateDecision:
+def decide(gate: Gate | str, controller: Controller, *state: Any, tau: float | None = None,
+           support_z: float | None = None) -> GateDecision:
     """``gate``'s decision at its moment's ``state`` (the hook's arguments after the task: a PromptState; an
     EpisodeView and the pending call; an EpisodeView and the answer text), thresholded at τ (None: the
-    controller's calibrated τ)."""
+    controller's calibrated τ). ``support_z``: an input with a feature further than this many training standard
+    deviations from the training mean is outside what the controller learned from, and the gate takes its open
+    action (what the moment does with no gate: commit, execute, no prefill) with ``reason="out_of_support"``
+    instead of acting on its extrapolation; None: always decide."""
     gate = gate_named(gate) if isinstance(gate, str) else gate
     started = time.perf_counter()
-    p = float(controller.predict_proba(gate.run_input(*state))[0])
+    x = gate.run_input(*state)
+    p = float(controller.predict_proba(x)[0])
+    # a controller that is not toolwise's Controller (anything with predict_proba and tau) reports no support
+    measure = getattr(controller, "support_distance", None)
+    distance = measure(x) if measure is not None else None
+    support = None if distance is None else float(distance[0])
     tau = float(controller.tau if tau is None else tau)
     positive, negative = gate.actions
-    return GateDecision(gate.name, positive if p >= tau else negative, p, tau, (time.perf_counter() - started) * 1e3)
+    action, reason = positive if p >= tau else negative, None
+    if support_z is not None and support is not None and support > support_z:
+        action, reason = gate.on_error[0], "out_of_support"
+    return GateDecision(gate.name, action, p, tau, (time.perf_counter() - started) * 1e3, support, reason)
 
 
 @dataclass
@@ -60,16 +74,21 @@ class GateHook(Hooks):
     controller: Controller
     tau: float | None = None          # None: the controller's calibrated τ
     options: dict = field(default_factory=dict)
+    # the support limit (decide); "gate": the gate's own (Gate.support_z), as the runtime API's default, so the loop
+    # and a server decide alike on the same state
+    support_z: float | None | str = "gate"
 
     def __post_init__(self):
         self.gate = gate_named(self.gate) if isinstance(self.gate, str) else self.gate
+        if self.support_z == "gate":
+            self.support_z = self.gate.support_z
         self.options = {**self.gate.options, **self.options}
         self.gate.act(self.gate.actions[1], **self.options)      # an unknown option value fails here, not per task
         if self.gate.hidden_layers is not None:
             self.hidden_layers = self.gate.hidden_layers(self.controller)
 
     def decision(self, *state: Any) -> GateDecision:
-        return decide(self.gate, self.controller, *state, tau=self.tau)
+        return decide(self.gate, self.controller, *state, tau=self.tau, support_z=self.support_z)
 
     def probability(self, *state: Any) -> float:
         return self.decision(*state).probability

@@ -88,13 +88,13 @@ class _Proxied:
 class ToolwiseGuardrail(CustomGuardrail):
     """``<gate>: <checkpoint>`` for each gate it applies (``toolgate``, ``g_step``, or any other gate of the registry
     at ``pre_call`` / ``on_answer``: exported checkpoint dirs or hub ids), loaded by :meth:`runtime.api.Gates.load`
-    with ``policy`` / ``strict`` / ``taus``; ``on_error``, ``max_reasks``, ``max_continues``: as the gated
+    with ``policy`` / ``strict`` / ``taus`` / ``support_z``; ``on_error``, ``max_reasks``, ``max_continues``: as the gated
     endpoint's ``gates.*``. ``gates_factory`` (``module:callable``) with ``gates_kwargs`` builds another gates object
     instead (anything with ``at`` / ``tool_call`` / ``answer``, e.g. the tests' ``runtime.serve.testing:ForcedGates``)."""
 
     def __init__(self, policy: str | None = None, strict: bool = True, on_error: str = GatePolicy.on_error,
                  max_reasks: int = GatePolicy.max_reasks, max_continues: int = GatePolicy.max_continues,
-                 concurrency: int = GatePolicy.concurrency, taus: dict | None = None,
+                 concurrency: int = GatePolicy.concurrency, taus: dict | None = None, support_z: dict | None = None,
                  gates_factory: str | None = None, gates_kwargs: dict | None = None, **kwargs: Any):
         paths = {name: kwargs.pop(name) for name in list(kwargs) if name in registered()}
         kwargs.setdefault("event_hook", GuardrailEventHooks.post_call)
@@ -114,7 +114,7 @@ class ToolwiseGuardrail(CustomGuardrail):
         else:
             from runtime.api import Gates     # torch, the controllers and MiniLM: loaded once, at proxy start-up
 
-            gates = Gates.load(paths, policy=policy, strict=strict, taus=taus).warmup()
+            gates = Gates.load(paths, policy=policy, strict=strict, taus=taus, support_z=support_z).warmup()
         self.gates = gates
         self.policy = GatePolicy(on_error=on_error, max_reasks=max_reasks, max_continues=max_continues,
                                  concurrency=concurrency)

@@ -47,4 +47,9 @@ GATE = Gate(
     on_error=("commit", "continue"),
     card_action="continue with a verification round (else the answer is committed)",
     reads_token_counts=True, reads_logprobs=True, checkpoint_help="the G-STEP controller",
+    # held-out When2Tool answers, boxed or plain, lie within 6.1 training standard deviations of the reference's
+    # training mean (p99 5.3); a short tool-free chat lies 8.9-9.6 out (no call, a 37-token context where every
+    # training episode called a tool over ~1,300 tokens), where the MLP extrapolated to p = 1 and sent every plain
+    # chat answer back for verification (benchmarks/gstep_plain_answers.py, docs/results.md)
+    support_z=8.0,
 )

@@ -52,6 +52,9 @@ class Gate:
     recipe_fields: tuple = ()            # more recipe fields: (name, type, dataclasses.field)
     evaluate: Any = None                 # the evaluator arm's config dataclass (default: checkpoint + τ grid)
     checkpoint_help: str = ""            # ``checkpoints.<name>`` in words
+    # at run time (runtime API, endpoint, guardrail), an input with a feature further than this many training
+    # standard deviations from the training mean gets the open action, reason "out_of_support" (None: always decide)
+    support_z: float | None = None
 
     def __post_init__(self):
         if self.moment not in MOMENTS:

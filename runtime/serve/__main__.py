@@ -34,7 +34,8 @@ def load_gates(cfg: DictConfig, policy: str | None = None):
 
     # warmed up before the port opens: the first request must not wait seconds for the encoder to load
     return Gates.load(paths, policy=policy or cfg.policy, strict=cfg.strict,
-                      taus={k: v for k, v in (cfg.get("taus") or {}).items() if v is not None}).warmup()
+                      taus={k: v for k, v in (cfg.get("taus") or {}).items() if v is not None},
+                      support_z=dict(cfg.get("support_z") or {})).warmup()
 
 
 def build(cfg: DictConfig):

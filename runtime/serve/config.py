@@ -55,11 +55,19 @@ ServeTaus = per_gate("ServeTaus", lambda g: (Optional[float], param(None, "null:
                          "execute, continue).")
 
 
+ServeSupport = per_gate("ServeSupport", lambda g: (Optional[float], param(
+    g.support_z, "an input further than this many training standard deviations from the controller's training "
+                 "data gets the open action (commit, execute, no prefill), reason out_of_support; null: always decide",
+    gt=0)), doc="A gate's support limit at the endpoint (runtime.controller_hooks.decide).")
+
+
 @dataclass
 class ServeGateOptions:
     prefill_style: str = param("soft", "the probe's response prefill: soft (a sentence) | hard (a forced prefix)",
                                choices=PREFILL_STYLES)
     taus: ServeTaus = param(ServeTaus(), "each gate's τ, e.g. an operating point chosen on held-out tasks")
+    support_z: ServeSupport = param(ServeSupport(), "each gate's support limit: past it the gate does not act on "
+                                                    "its extrapolation")
     policy: Optional[str] = param(None, "the upstream policy's fingerprint: gates trained on another policy refuse "
                                         "to load")
     strict: bool = param(True, "false: skip the policy contract check")

@@ -60,6 +60,18 @@ def test_probe_standardises_inside_and_uses_temperature_and_tau():
     assert single.linear.in_features == 4
 
 
+def test_support_distance_is_the_largest_training_z_and_none_without_statistics():
+    c, x = probe()
+    flat = c.flatten(x)
+    assert torch.allclose(c.support_distance(x), c.norm(flat).abs().amax(-1))
+    far = x[:1].clone()
+    far[0, 1, 2] = c.norm.mean[6] + 20 * c.norm.std[6]          # one feature 20 training standard deviations out
+    assert c.support_distance(far)[0].item() == pytest.approx(20.0, rel=1e-4)
+    assert c.support_distance(x).max() < 5                       # the training rows themselves
+    fresh = LinearProbe(contract=c.contract)                      # never fit: identity statistics, no support
+    assert fresh.support_distance(x) is None
+
+
 def test_contract_mismatch_is_a_clear_error():
     c, _ = probe()
     with pytest.raises(ContractMismatch, match=r"trained on the policy 'model@abc'; these features come from 'other@1'"):

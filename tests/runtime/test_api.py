@@ -345,3 +345,27 @@ def test_embedded_policy_loop_and_openai_messages_agree_with_the_committed_gates
     seen = check_both_ways(trajs, tools, points, gates, counter_backend=policy)
     assert sum(n for (g, _), n in seen.items() if g == "toolgate") >= 1, seen
     assert sum(n for (g, _), n in seen.items() if g == "g_step") >= 1, seen
+
+
+def test_the_committed_g_step_commits_a_short_tool_free_chat_answer_as_out_of_support():
+    """A plain chat answer (one user message, no tools, a 37-token context): every episode G-STEP was trained on
+    called a tool over a long context, and on this input the network extrapolates to p ~ 1, sending every such
+    answer back for verification. Past its support limit it takes the open action and says why; with the limit
+    off it decides as before. The same answer boxed is decided the same way: the episode's shape, not the box."""
+    import recipes
+
+    ref = recipes.compose("rollout").checkpoints
+    chat = [{"role": "user", "content": "What is the capital of France?"}]
+    usage = {"prompt_tokens": 37, "completion_tokens": 8, "total_tokens": 45}
+    logprobs = [-0.02, -0.01, -0.3, -0.05, -1.4, -0.01, -0.02, -0.2]
+    limited = Gates.load(g_step=str(REPO / ref.g_step), strict=False)
+    unlimited = Gates.load(g_step=str(REPO / ref.g_step), strict=False, support_z={"g_step": None})
+    assert limited.support_z == {"g_step": gate_named("g_step").support_z}
+    for answer in ("The capital of France is Paris.", "The capital of France is \\boxed{Paris}."):
+        d = limited.answer(chat, [], answer, logprobs, usage=usage, finish_reason="stop")
+        raw = unlimited.answer(chat, [], answer, logprobs, usage=usage, finish_reason="stop")
+        assert raw.action == "continue" and raw.probability > 0.9 and raw.reason is None
+        assert d.support > gate_named("g_step").support_z
+        assert (d.action, d.reason, d.probability) == ("commit", "out_of_support", raw.probability)
+    with pytest.raises(ValueError, match="support_z: unknown gate"):
+        Gates.load(g_step=str(REPO / ref.g_step), strict=False, support_z={"nope": 1.0})

@@ -176,15 +176,18 @@ def build_arms(cfg: DictConfig, policy: str, call_format: str,
                                     {gate.label: h, "style": style, "tau": tau}, tau=tau,
                                     compose=_prefill_composer(gate, style, tau)))
             continue
+        # the gate's support limit decides some episodes (GateHook's default): part of the arm's identity
+        limit = {"support_z": gate.support_z} if gate.support_z is not None else {}
         for tau in taus:
-            arms.append(Arm(f"{gate.label}@{tau:.2f}", gate.label, {"name": gate.label, "gate": h, "tau": tau},
+            arms.append(Arm(f"{gate.label}@{tau:.2f}", gate.label, {"name": gate.label, "gate": h, "tau": tau, **limit},
                             tau=tau, hooks=lambda gate=gate, c=controller, tau=tau: GateHook(gate, c, tau)))
     in_cascade = gate_arms(a)
     if a.get("cascade") and len(in_cascade) >= 2:
         parts = [(g, loaded[g.label]) for g in in_cascade]
         options = {k: v for g, _ in parts for k, v in g.options.items()}
         spec = {"name": "cascade", **{g.label: ld.digest for g, ld in parts},
-                "taus": [ld.controller.tau for _, ld in parts], **options}
+                "taus": [ld.controller.tau for _, ld in parts], **options,
+                **({"support_z": [g.support_z for g, _ in parts]} if any(g.support_z for g, _ in parts) else {})}
         arms.append(Arm("cascade", "cascade", spec, hooks=lambda: Cascade(
             *(GateHook(g, ld.controller, None, {"call_format": call_format} if g.moment == "pre_generation" else {})
               for g, ld in parts))))
