@@ -88,13 +88,14 @@ class _Proxied:
 class ToolwiseGuardrail(CustomGuardrail):
     """``<gate>: <checkpoint>`` for each gate it applies (``toolgate``, ``g_step``, or any other gate of the registry
     at ``pre_call`` / ``on_answer``: exported checkpoint dirs or hub ids), loaded by :meth:`runtime.api.Gates.load`
-    with ``policy`` / ``strict`` / ``taus`` / ``support_z``; ``on_error``, ``max_reasks``, ``max_continues``: as the gated
-    endpoint's ``gates.*``. ``gates_factory`` (``module:callable``) with ``gates_kwargs`` builds another gates object
-    instead (anything with ``at`` / ``tool_call`` / ``answer``, e.g. the tests' ``runtime.serve.testing:ForcedGates``)."""
+    with ``policy`` / ``strict`` / ``taus`` / ``support_z``; ``on_error``, ``max_reasks``, ``max_continues``,
+    ``modes`` (gate -> ``enforce`` | ``shadow``): as the gated endpoint's ``gates.*``. ``gates_factory``
+    (``module:callable``) with ``gates_kwargs`` builds another gates object instead (anything with ``at`` / ``tool_call`` / ``answer``, e.g. the tests' ``runtime.serve.testing:ForcedGates``)."""
 
     def __init__(self, policy: str | None = None, strict: bool = True, on_error: str = GatePolicy.on_error,
                  max_reasks: int = GatePolicy.max_reasks, max_continues: int = GatePolicy.max_continues,
                  concurrency: int = GatePolicy.concurrency, taus: dict | None = None, support_z: dict | None = None,
+                 modes: dict | None = None,
                  gates_factory: str | None = None, gates_kwargs: dict | None = None, **kwargs: Any):
         paths = {name: kwargs.pop(name) for name in list(kwargs) if name in registered()}
         kwargs.setdefault("event_hook", GuardrailEventHooks.post_call)
@@ -117,7 +118,7 @@ class ToolwiseGuardrail(CustomGuardrail):
             gates = Gates.load(paths, policy=policy, strict=strict, taus=taus, support_z=support_z).warmup()
         self.gates = gates
         self.policy = GatePolicy(on_error=on_error, max_reasks=max_reasks, max_continues=max_continues,
-                                 concurrency=concurrency)
+                                 concurrency=concurrency, modes=dict(modes or {}))
         self.metrics = Metrics()
         self.gater = Gater(gates, _Proxied({}, ""), self.policy, self.metrics)    # its limiter is shared
 
@@ -142,10 +143,11 @@ class ToolwiseGuardrail(CustomGuardrail):
         body = await gater.complete(request, request["messages"])
         call_id = data.get("litellm_call_id")
         for d in body["toolwise"]["decisions"]:
-            verbose_proxy_logger.info("toolwise %s call=%s round=%s action=%s applied=%s p=%.3f tau=%.3f%s", d["gate"],
+            verbose_proxy_logger.info("toolwise %s call=%s round=%s action=%s applied=%s p=%.3f tau=%.3f%s%s", d["gate"],
                                       call_id, d.get("round"), d["action"], d["applied"],
                                       d.get("probability", float("nan")), d.get("tau", float("nan")),
-                                      f" error={d['error']}" if d.get("error") else "")
+                                      f" error={d['error']}" if d.get("error") else "",
+                                      " mode=shadow" if d.get("mode") == "shadow" else "")
         return body
 
     async def async_post_call_success_hook(self, data: dict, user_api_key_dict: Any, response: Any) -> Any:
@@ -190,6 +192,20 @@ class ToolwiseGuardrail(CustomGuardrail):
             yield first_chunk
             async for chunk in iterator:
                 yield chunk
+            return
+        if not (self.gater.enforces("pre_call") or self.gater.enforces("on_answer")):
+            # every gate in shadow: the stream goes to the client as it comes, and the gates decide on the whole
+            # turn afterwards (logged; no re-ask, as a shadowed decision is never acted on)
+            chunks = [first_chunk]
+            yield first_chunk
+            async for chunk in iterator:
+                chunks.append(chunk)
+                yield chunk
+            first, why = assemble(chunks, request["messages"])
+            if first is None:
+                verbose_proxy_logger.warning("toolwise ungated call=%s: %s", call_id, why)
+            else:
+                await self._gate(request_data, request, first)
             return
         # the whole turn is held: a gate decides on a complete call or answer, and neither a skipped call nor an
         # answer sent back for verification may reach the client

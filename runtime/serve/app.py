@@ -105,12 +105,12 @@ def decision_headers(toolwise: dict) -> dict[str, str]:
     """The body's ``toolwise`` decisions as response headers, for clients whose framework keeps headers but drops
     unknown body fields (LangChain's ``ChatOpenAI(include_response_headers=True)`` puts them in
     ``response_metadata["headers"]``; the openai client: ``.with_raw_response``). ``x-toolwise-decisions``: compact
-    JSON, one ``{gate, action, applied, p, tau, round[, call_id][, reason]}`` per decision (no p / tau for a
+    JSON, one ``{gate, action, applied, p, tau, round[, call_id][, reason][, mode]}`` per decision (no p / tau for a
     gate that failed);
     ``x-toolwise-injected``: the injected messages as compact JSON, left out when over :data:`MAX_HEADER_BYTES`
     (``x-toolwise-injected-count`` always says how many there are)."""
     keep = {"gate": "gate", "action": "action", "applied": "applied", "probability": "p", "tau": "tau",
-            "round": "round", "call_id": "call_id", "reason": "reason"}      # a failed gate has no p / tau
+            "round": "round", "call_id": "call_id", "reason": "reason", "mode": "mode"}   # a failed gate: no p / tau
     decisions = [{short: round(d[k], 4) if isinstance(d[k], float) else d[k]
                   for k, short in keep.items() if d.get(k) is not None} for d in toolwise["decisions"]]
     headers = {"x-toolwise-decisions": _header_json(decisions),
@@ -156,7 +156,8 @@ def create_app(cfg: Any, gates: Any, upstream: Upstream) -> FastAPI:
                         logprobs=(any(g.reads_logprobs and cfg.gates.get(name) is not None
                                       for name, g in registered().items())
                                   if cfg.gates.logprobs is None else cfg.gates.logprobs),
-                        concurrency=cfg.gates.concurrency, prefill_style=cfg.gates.prefill_style)
+                        concurrency=cfg.gates.concurrency, prefill_style=cfg.gates.prefill_style,
+                        modes=dict(cfg.gates.get("modes") or {}))
     keys = load_api_keys(cfg.auth)
     metrics = Metrics()
     gater = Gater(gates, upstream, policy, metrics)

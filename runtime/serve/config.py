@@ -61,11 +61,19 @@ ServeSupport = per_gate("ServeSupport", lambda g: (Optional[float], param(
     gt=0)), doc="A gate's support limit at the endpoint (runtime.controller_hooks.decide).")
 
 
+ServeModes = per_gate("ServeModes", lambda g: (str, param(
+    "enforce", "enforce: the gate's decisions are acted on; shadow: decided, recorded (toolwise.decisions, headers, "
+               "toolwise_shadow_decisions_total) and never acted on: the response is the ungated one",
+    choices=("enforce", "shadow"))), doc="A gate's mode at the endpoint.")
+
+
 @dataclass
 class ServeGateOptions:
     prefill_style: str = param("soft", "the probe's response prefill: soft (a sentence) | hard (a forced prefix)",
                                choices=PREFILL_STYLES)
     taus: ServeTaus = param(ServeTaus(), "each gate's τ, e.g. an operating point chosen on held-out tasks")
+    modes: ServeModes = param(ServeModes(), "each gate's mode: enforce, or shadow (what it would do, on live "
+                                            "traffic, without doing it)")
     support_z: ServeSupport = param(ServeSupport(), "each gate's support limit: past it the gate does not act on "
                                                     "its extrapolation")
     policy: Optional[str] = param(None, "the upstream policy's fingerprint: gates trained on another policy refuse "

@@ -25,20 +25,24 @@ from __future__ import annotations
 import time
 from collections import Counter
 from functools import partial
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
 from anyio import CapacityLimiter, to_thread
 
 from data_builders.agent import prompts as P
 from data_builders.environments.base import serialize
-from data_builders.gates import ON_ERROR_MODES, gate_named, gates_at
+from data_builders.gates import MOMENTS, ON_ERROR_MODES, gate_named, gates_at
 from data_builders.protocol import TOOL_CALL_OPEN
 
 from .config import ServeGates
 from .metrics import Metrics
 from .protocol import APIError
 from .upstream import Upstream
+
+
+#: a gate's mode at a server: enforce (its decisions are acted on) or shadow (decided and recorded, never acted on)
+GATE_MODES = ("enforce", "shadow")
 
 
 def on_error_action(mode: str, gate: str) -> str:
@@ -58,8 +62,12 @@ class GatePolicy:
     logprobs: bool = False          # request token log-probs from the upstream (the app: when G-STEP is loaded)
     concurrency: int = ServeGates.concurrency
     prefill_style: str = ServeGates.prefill_style
+    modes: dict = field(default_factory=dict)     # gate -> enforce | shadow (absent: enforce)
 
     def __post_init__(self):
+        bad = {g: m for g, m in self.modes.items() if m not in GATE_MODES}
+        if bad:
+            raise ValueError(f"gates.modes: {bad}: each gate's mode is one of {GATE_MODES}")
         if self.on_error not in ON_ERROR_MODES:
             raise ValueError(f"gates.on_error={self.on_error!r}: choose open or closed")
         if self.max_reasks < 0 or self.max_continues < 0:
@@ -129,6 +137,20 @@ class Gater:
         thread hop for a None)."""
         return self.gates is not None and bool(self.gates.at(moment))
 
+    def enforces(self, moment: str) -> bool:
+        """Whether a gate at ``moment`` may change the turn (one in enforce mode): a stream holds such turns back
+        until it has decided; a shadowed gate's turns stream as the ungated server streams them."""
+        return self._asks(moment) and any(self.policy.modes.get(g, "enforce") == "enforce"
+                                          for g in self.gates.at(moment))
+
+    def _mode(self, moment: str, record: dict) -> dict:
+        """``record`` as applied under its gate's mode: in shadow the gate's decision (or failure) is kept and
+        counted, but the turn goes on as with no gate (``applied``: the moment's pass-through action)."""
+        if self.policy.modes.get(record["gate"], "enforce") == "shadow":
+            record.update(mode="shadow", applied=MOMENTS[moment]["passes"])
+            self.metrics.shadow_decisions.labels(record["gate"], record["action"]).inc()
+        return record
+
     def _gate_at(self, moment: str, error: Exception) -> str:
         """The gate a failure at ``moment`` is charged to: the one a GateError names, else the first there."""
         named = getattr(error, "gate", None)
@@ -157,13 +179,13 @@ class Gater:
             gate = self._gate_at(moment, e)
             self.metrics.gate_errors.labels(gate).inc()
             self.metrics.gate_latency.labels(gate).observe(time.perf_counter() - start)
-            return self._failed(gate, e)
+            return self._mode(moment, self._failed(gate, e))
         if decision is None:
             return None
         self.metrics.gate_latency.labels(decision.gate).observe(time.perf_counter() - start)
         record = asdict(decision)
         record["applied"] = record["action"]
-        return record
+        return self._mode(moment, record)
 
     async def tool_call(self, context: list[dict], tools: list[dict], call: dict) -> dict | None:
         """The pre_call gates (ToolGate) on a proposed ``call``: execute or skip (None: none loaded)."""
@@ -202,6 +224,7 @@ class Gater:
         else:
             record = asdict(decision)
             record["applied"] = record["action"]
+        record = self._mode("pre_generation", record)
         prefill = self.prefill_text(record["gate"], record["applied"])
         record["prefill"] = prefill     # the message never shows a soft one: the decision says what steered it
         records.append(record)

@@ -18,6 +18,9 @@ class Metrics:
                               ["status", "code"], registry=r)
         self.decisions = Counter("toolwise_gate_decisions", "Gate decisions applied, by gate and action",
                                  ["gate", "action"], registry=r)
+        self.shadow_decisions = Counter("toolwise_shadow_decisions", "Decisions of gates in shadow mode, by gate and "
+                                        "the action they would have taken (none was)", ["gate", "action"],
+                                        registry=r)
         self.skipped_calls = Counter("toolwise_skipped_calls", "Proposed tool calls the ToolGate skipped",
                                      registry=r)
         self.continues = Counter("toolwise_continues", "Verification rounds G-STEP added", registry=r)

@@ -156,8 +156,8 @@ class StreamSession:
         self.queue: asyncio.Queue = asyncio.Queue()
         self.gater = copy.copy(gater)       # the same gates, limiter and metrics, over the streaming upstream
         self.gater.upstream = TurnStream(gater.upstream, self)
-        self.hold_answers = gater._asks("on_answer")
-        self.hold_calls = gater._asks("pre_call")
+        self.hold_answers = gater.enforces("on_answer")     # a shadowed gate changes no turn: nothing is held
+        self.hold_calls = gater.enforces("pre_call")
         self.client_logprobs = bool(request.get("logprobs"))
         self.include_usage = bool((request.get("stream_options") or {}).get("include_usage"))
         self.head: dict = {}

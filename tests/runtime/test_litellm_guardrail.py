@@ -367,6 +367,32 @@ def test_a_call_skipped_beside_an_executed_one_never_reaches_the_client(stream):
     assert [(d["call_id"], d["applied"]) for d in toolwise["decisions"]] == [("call_a", "skip"), ("call_b", "execute")]
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_shadowed_gate_is_logged_and_never_acted_on(stream):
+    """modes: a gate in shadow decides (logged with mode=shadow, in toolwise) and the response is the model's own:
+    no re-ask, a stream passed through as it came (not held)."""
+    from litellm.types.utils import ModelResponse
+
+    gr = guardrail(tool_actions=["skip"], modes={"toolgate": "shadow", "g_step": "shadow"})
+    message = {"role": "assistant", "content": None, "tool_calls": CALLS[:1]}
+    with ProxyLog() as lines:
+        if stream:
+            chunks = chunks_of(message)
+            assert stream_through(gr, chunks) == chunks            # the very chunks, as they came
+        else:
+            data = {"model": "scripted", "messages": [{"role": "user", "content": "What is 6*7?"}], "tools": TOOLS}
+            response = ModelResponse(choices=[{"index": 0, "finish_reason": "tool_calls", "message": message}])
+            out = asyncio.run(gr.async_post_call_success_hook(data, None, response))
+            assert out is response and [c.id for c in out.choices[0].message.tool_calls] == ["call_a"]
+            assert [(d["action"], d["applied"], d["mode"]) for d in out.toolwise["decisions"]] == [
+                ("skip", "execute", "shadow")]
+    assert [line.split(" p=")[0] for line in lines if line.startswith("toolwise toolgate")] == [
+        f"toolwise toolgate call={'t' if stream else None} round=0 action=skip applied=execute"]
+    assert all(line.endswith("mode=shadow") for line in lines if line.startswith("toolwise toolgate"))
+    with pytest.raises(ValueError, match="gates.modes"):
+        guardrail(modes={"toolgate": "loud"})
+
+
 def test_a_streamed_answer_reaches_g_step_with_its_token_logprobs():
     gr = guardrail(tool_actions=[], default_tool=None)
     out = stream_through(gr, chunks_of({"content": "It is \\boxed{42}", "tool_calls": None}, [-0.1, -0.2, -0.3]),

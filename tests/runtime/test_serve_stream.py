@@ -320,3 +320,51 @@ def test_upstream_local_streams_the_generated_turn_as_the_non_streamed_one(tiny_
     strip = lambda ds: [{k: d[k] for k in ("gate", "action", "applied")} for d in ds]  # noqa: E731
     assert strip(events[-1]["toolwise"]["decisions"]) == strip(plain["toolwise"]["decisions"])
     assert events[-1]["choices"][0]["finish_reason"] == plain["choices"][0]["finish_reason"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_shadowed_gate_answers_exactly_as_the_ungated_server(stream):
+    """gates.modes.<gate>=shadow: the gates decide on every turn (a skip and a continue, forced) and the decisions
+    are recorded (toolwise.decisions with mode shadow, the decision header, toolwise_shadow_decisions_total), but
+    none is acted on: the same requests get the ungated server's responses, with the same upstream requests, and a
+    stream is not held back."""
+    answered = [*QUESTION, {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_0", "type": "function", "function": {"name": "calculator", "arguments": '{"x": 0}'}}]},
+        {"role": "tool", "tool_call_id": "call_0", "content": '{"result": 42}'}]
+    requests = [QUESTION, answered, QUESTION]
+
+    def run(gates, *overrides) -> tuple[list, list, list, str]:
+        with Endpoint(gates, None, *overrides) as ep:
+            got, decisions = [], []
+            for messages in requests:
+                if stream:
+                    msg, _, tw = collect(ep.client.chat.completions.create(
+                        model="scripted", messages=messages, tools=TOOLS, stream=True))
+                    got.append(msg)
+                else:
+                    raw = ep.client.chat.completions.with_raw_response.create(model="scripted", messages=messages,
+                                                                               tools=TOOLS)
+                    out = raw.parse()
+                    tw = out.model_extra["toolwise"]
+                    got.append(out.model_dump(exclude={"created", "toolwise"}))
+                    assert json.loads(raw.headers["x-toolwise-decisions"]) == [
+                        {k: v for k, v in d.items() if k in ("gate", "action", "applied", "round", "call_id",
+                                                             "mode")} | {"p": round(d["probability"], 4),
+                                                                          "tau": d["tau"]}
+                        for d in tw["decisions"]]
+                decisions.append([(d["gate"], d["action"], d["applied"], d.get("mode")) for d in tw["decisions"]])
+                assert tw["injected"] == [] and tw["upstream_calls"] == 1
+            return got, decisions, list(ep.fake.requests), httpx.get(f"{ep.url}/metrics").text
+
+    plain, none, plain_upstream, _ = run(None)
+    shadowed = ForcedGates(tool_actions=["skip"] * 3, answer_actions=["continue"] * 3)
+    shadow, decided, shadow_upstream, metrics = run(shadowed, "gates.modes.toolgate=shadow",
+                                                    "gates.modes.g_step=shadow")
+    assert shadow == plain and none == [[], [], []]
+    assert [{k: v for k, v in r.items() if k != "logprobs"} for r in shadow_upstream] == \
+        [{k: v for k, v in r.items() if k != "logprobs"} for r in plain_upstream]
+    assert decided == [[("toolgate", "skip", "execute", "shadow")], [("g_step", "continue", "commit", "shadow")],
+                       [("toolgate", "skip", "execute", "shadow")]]
+    assert 'toolwise_shadow_decisions_total{action="skip",gate="toolgate"} 2.0' in metrics
+    assert 'toolwise_shadow_decisions_total{action="continue",gate="g_step"} 1.0' in metrics
+    assert 'toolwise_skipped_calls_total 0.0' in metrics and 'toolwise_continues_total 0.0' in metrics
