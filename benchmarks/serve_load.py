@@ -57,9 +57,10 @@ def run_upstream(port: int, delay_s: float) -> None:
     uvicorn.run(ScriptedUpstream(delay_s=delay_s).app, host="127.0.0.1", port=port, log_level="error")
 
 
-def run_endpoint(port: int, upstream_port: int, gates: str) -> None:
+def run_endpoint(port: int, upstream_port: int, gates: str, capture_dir: str | None = None) -> None:
     cfg = recipes.compose("serve", [f"upstream.base_url=http://127.0.0.1:{upstream_port}/v1", f"port={port}",
-                                    "upstream.models=[scripted]", "gates.logprobs=true"])
+                                    "upstream.models=[scripted]", "gates.logprobs=true",
+                                    *([f"capture.dir={capture_dir}"] if capture_dir else [])])
     if gates == "none":
         loaded = None
     elif gates == "reference":
@@ -157,13 +158,63 @@ def report(server: str, args, results: list[dict], errors: int, lost: int, elaps
             f"toolgate_ms={med['toolgate']:.3f} g_step_ms={med['g_step']:.3f} upstream_ms={upstream_ms:.2f}")
 
 
+def serve_and_measure(args, up_port: int, gates: str, capture_dir: str | None = None) -> tuple:
+    ctx = mp.get_context("spawn")
+    port = free_port()
+    endpoint = ctx.Process(target=run_endpoint, args=(port, up_port, gates, capture_dir), daemon=True)
+    endpoint.start()
+    try:
+        base = f"http://127.0.0.1:{port}"
+        asyncio.run(wait_up(f"{base}/health"))
+        return measure(base, args)
+    finally:
+        endpoint.terminate()
+        endpoint.join(timeout=10)
+
+
+def compare_capture(args) -> None:
+    """``--capture``: what capture adds to a request, off and on in turn on the same upstream (each setting its own
+    server process, the machine to itself), with the median over ``--rounds`` of each setting's p50 added latency
+    and requests/s, and how many records reached disk."""
+    up_port = free_port()
+    ctx = mp.get_context("spawn")
+    upstream = ctx.Process(target=run_upstream, args=(up_port, args.upstream_delay_ms / 1000), daemon=True)
+    upstream.start()
+    got: dict[str, list] = {"off": [], "on": []}
+    try:
+        asyncio.run(wait_up(f"http://127.0.0.1:{up_port}/v1/models"))
+        for _ in range(args.rounds):
+            for setting in ("off", "on"):
+                with tempfile.TemporaryDirectory() as root:
+                    results, errors, lost, elapsed = serve_and_measure(args, up_port, args.gates,
+                                                                       root if setting == "on" else None)
+                    stored = sum(1 for f in os.listdir(root) for _ in open(os.path.join(root, f)))
+                added = [r["wall_ms"] - r["upstream_ms"] for r in results]
+                got[setting].append((float(np.percentile(added, 50)), len(results) / elapsed))
+                print(report(f"toolwise gates={args.gates} capture={setting}", args, results, errors, lost, elapsed,
+                             statistics.median([r["upstream_ms"] for r in results]))
+                      + (f" records_stored={stored}" if setting == "on" else ""), flush=True)
+    finally:
+        upstream.terminate()
+    p50 = {k: statistics.median(a for a, _ in v) for k, v in got.items()}
+    rps = {k: statistics.median(r for _, r in v) for k, v in got.items()}
+    print(f"capture: p50_added_ms off={p50['off']:.2f} on={p50['on']:.2f} ({p50['on'] - p50['off']:+.2f} ms); "
+          f"rps off={rps['off']:.1f} on={rps['on']:.1f} ({100 * (rps['on'] / rps['off'] - 1):+.1f} %)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--requests", type=int, default=500)
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--upstream-delay-ms", type=float, default=20.0)
     ap.add_argument("--gates", choices=["forced", "reference"], default="forced")
+    ap.add_argument("--capture", action="store_true",
+                    help="instead of the three servers: the endpoint with --gates, traffic capture off and on "
+                         "(capture.dir), alternating, --rounds times each")
+    ap.add_argument("--rounds", type=int, default=2)
     args = ap.parse_args()
+    if args.capture:
+        return compare_capture(args)
 
     up_port = free_port()
     ctx = mp.get_context("spawn")

@@ -44,6 +44,7 @@ from litellm.types.utils import Delta, ModelResponse, ModelResponseStream, Strea
 from openai.types.chat.completion_create_params import CompletionCreateParamsBase
 
 from data_builders.gates import gates as registered
+from runtime.serve.capture import Capture
 from runtime.serve.gating import Gater, GatePolicy
 from runtime.serve.metrics import Metrics
 
@@ -89,13 +90,14 @@ class ToolwiseGuardrail(CustomGuardrail):
     """``<gate>: <checkpoint>`` for each gate it applies (``toolgate``, ``g_step``, or any other gate of the registry
     at ``pre_call`` / ``on_answer``: exported checkpoint dirs or hub ids), loaded by :meth:`runtime.api.Gates.load`
     with ``policy`` / ``strict`` / ``taus`` / ``support_z``; ``on_error``, ``max_reasks``, ``max_continues``,
-    ``modes`` (gate -> ``enforce`` | ``shadow``): as the gated endpoint's ``gates.*``. ``gates_factory``
+    ``modes`` (gate -> ``enforce`` | ``shadow``): as the gated endpoint's ``gates.*``; ``capture``: its
+    ``capture.*`` options as a mapping (``{dir: ..., redact: [...]}``). ``gates_factory``
     (``module:callable``) with ``gates_kwargs`` builds another gates object instead (anything with ``at`` / ``tool_call`` / ``answer``, e.g. the tests' ``runtime.serve.testing:ForcedGates``)."""
 
     def __init__(self, policy: str | None = None, strict: bool = True, on_error: str = GatePolicy.on_error,
                  max_reasks: int = GatePolicy.max_reasks, max_continues: int = GatePolicy.max_continues,
                  concurrency: int = GatePolicy.concurrency, taus: dict | None = None, support_z: dict | None = None,
-                 modes: dict | None = None,
+                 modes: dict | None = None, capture: dict | None = None,
                  gates_factory: str | None = None, gates_kwargs: dict | None = None, **kwargs: Any):
         paths = {name: kwargs.pop(name) for name in list(kwargs) if name in registered()}
         kwargs.setdefault("event_hook", GuardrailEventHooks.post_call)
@@ -120,7 +122,10 @@ class ToolwiseGuardrail(CustomGuardrail):
         self.policy = GatePolicy(on_error=on_error, max_reasks=max_reasks, max_continues=max_continues,
                                  concurrency=concurrency, modes=dict(modes or {}))
         self.metrics = Metrics()
-        self.gater = Gater(gates, _Proxied({}, ""), self.policy, self.metrics)    # its limiter is shared
+        # capture: the endpoint's capture options as a mapping ({dir: ..., redact: [...]}, runtime/serve/capture.py)
+        self.capture = (Capture(capture["dir"], metrics=self.metrics, **{k: v for k, v in capture.items() if k != "dir"})
+                        if capture and capture.get("dir") else None)
+        self.gater = Gater(gates, _Proxied({}, ""), self.policy, self.metrics, self.capture)   # limiter shared
 
     def __init_subclass__(cls, **kwargs: Any):
         super().__init_subclass__(**kwargs)

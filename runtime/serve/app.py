@@ -19,6 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from data_builders.gates import gates as registered
 
 from .auth import key_matches, load_api_keys
+from .capture import Capture
 from .disconnect import unless_disconnected
 from .gating import Gater, GatePolicy
 from .metrics import Metrics
@@ -160,17 +161,20 @@ def create_app(cfg: Any, gates: Any, upstream: Upstream) -> FastAPI:
                         modes=dict(cfg.gates.get("modes") or {}))
     keys = load_api_keys(cfg.auth)
     metrics = Metrics()
-    gater = Gater(gates, upstream, policy, metrics)
+    capture = Capture.from_config(cfg.get("capture"), metrics)
+    gater = Gater(gates, upstream, policy, metrics, capture)
     models: list[str] = list(cfg.upstream.models or [])
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         yield
         await upstream.aclose()
+        if capture is not None:     # what is still queued reaches disk before the process ends
+            capture.close()
 
     app = FastAPI(title="toolwise gated endpoint", lifespan=lifespan, docs_url=None, redoc_url=None,
                   openapi_url=None)
-    app.state.metrics, app.state.gater = metrics, gater
+    app.state.metrics, app.state.gater, app.state.capture = metrics, gater, capture
     bearer = HTTPBearer(auto_error=False)
 
     def require_key(creds: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:

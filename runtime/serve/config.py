@@ -124,6 +124,21 @@ class ServeLimits:
 
 
 @dataclass
+class ServeCapture:
+    """Traffic capture (runtime/serve/capture.py): opt-in, off the request path."""
+    dir: Optional[str] = param(None, "where each request's record is appended (JSON lines); null: no capture")
+    queue_size: int = param(1024, "records waiting for the writer; past it a record is dropped and counted "
+                                  "(toolwise_capture_dropped_total), never a slower request", ge=1)
+    max_file_bytes: int = param(64 * 2**20, "a capture file rotates past this size", ge=1024)
+    fsync_s: float = param(1.0, "the writer fsyncs at most this long after a write (every write is flushed to "
+                                "the OS at once: a killed server loses only what is queued)", gt=0)
+    redact: List[str] = param([], "regular expressions whose matches in any captured string become [REDACTED] "
+                                  "before anything reaches disk")
+    redactor: Optional[str] = param(None, "module:function given each record before it is written; returns the "
+                                          "record to store, or None to drop it")
+
+
+@dataclass
 class ServeConfig:
     host: str = param("127.0.0.1", "another address needs an API key (auth), or the server refuses to start")
     port: int = param(8080, "the port", ge=1, le=65535)
@@ -135,6 +150,7 @@ class ServeConfig:
     gates: ServeGates = param(ServeGates(), "the gates")
     auth: ServeAuth = param(ServeAuth(), "client keys")
     limits: ServeLimits = param(ServeLimits(), "request limits")
+    capture: ServeCapture = param(ServeCapture(), "traffic capture (opt-in: capture.dir)")
 
 
 # what this module adds to Hydra's ConfigStore, (group or None for an entry config, name, schema)

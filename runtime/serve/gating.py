@@ -118,8 +118,9 @@ def token_logprobs(choice: dict) -> list[float] | None:
 
 
 class Gater:
-    def __init__(self, gates: Any, upstream: Upstream, policy: GatePolicy, metrics: Metrics):
+    def __init__(self, gates: Any, upstream: Upstream, policy: GatePolicy, metrics: Metrics, capture: Any = None):
         self.gates, self.upstream, self.policy, self.metrics = gates, upstream, policy, metrics
+        self.capture = capture      # capture.Capture: each completed request's record (None: off)
         # A decision is CPU-bound torch that already uses every core it is given: decisions run in worker threads
         # (the event loop keeps serving) but only `concurrency` at a time, as parallel ones only contend.
         self.limiter = CapacityLimiter(policy.concurrency)
@@ -243,6 +244,7 @@ class Gater:
         usage: Counter = Counter()
         continues = sum(m.get("role") == "user" and m.get("content") == P.VERIFY_PROMPT for m in messages)
         reasks, calls, upstream_s = 0, 0, 0.0
+        turns: list[dict] = []      # every upstream turn as proposed, before a gate acted on it (capture)
         while True:
             context = messages + injected
             probed: list[dict] = []
@@ -264,6 +266,9 @@ class Gater:
                     self.metrics.gate_errors.labels(rec["gate"]).inc()
             choice = body["choices"][0]
             turn = choice["message"]
+            if self.capture is not None:
+                turns.append({"round": calls - 1, "message": dict(turn), "logprobs": choice.get("logprobs"),
+                              "finish_reason": choice.get("finish_reason"), "usage": body.get("usage")})
             noted = body.pop("toolwise", None)      # the local upstream's note: the markup it kept out of the reply
             malformed = noted.get("malformed_call") if isinstance(noted, dict) else None
             text = turn.get("content") or ""
@@ -326,4 +331,6 @@ class Gater:
         body["toolwise"] = {"decisions": decisions, "injected": injected, "malformed_calls": malformed_calls,
                             "upstream_calls": calls,
                             "upstream_ms": round(upstream_s * 1000, 3), "usage": dict(usage)}
+        if self.capture is not None:
+            self.capture.record(request, body, turns)
         return body

@@ -21,6 +21,12 @@ class Metrics:
         self.shadow_decisions = Counter("toolwise_shadow_decisions", "Decisions of gates in shadow mode, by gate and "
                                         "the action they would have taken (none was)", ["gate", "action"],
                                         registry=r)
+        self.capture_records = Counter("toolwise_capture_records", "Requests written to the capture store",
+                                       registry=r)
+        self.capture_dropped = Counter("toolwise_capture_dropped", "Requests not captured: the capture queue was "
+                                       "full (never a slower request)", registry=r)
+        self.capture_failed = Counter("toolwise_capture_failed", "Requests the capture could not store (serialize "
+                                      "or write errors)", registry=r)
         self.skipped_calls = Counter("toolwise_skipped_calls", "Proposed tool calls the ToolGate skipped",
                                      registry=r)
         self.continues = Counter("toolwise_continues", "Verification rounds G-STEP added", registry=r)

@@ -393,6 +393,17 @@ def test_a_shadowed_gate_is_logged_and_never_acted_on(stream):
         guardrail(modes={"toolgate": "loud"})
 
 
+def test_the_guardrail_captures_what_it_gated(tmp_path):
+    from runtime.serve.capture import read_capture
+
+    gr = guardrail(capture={"dir": str(tmp_path), "redact": ["6\\*7"]})      # the call executes: no re-ask
+    stream_through(gr, chunks_of({"content": None, "tool_calls": CALLS[:1]}))
+    gr.capture.close()
+    [record] = read_capture(tmp_path).records
+    assert record["decisions"][0]["action"] == "execute" and record["turns"][0]["message"]["tool_calls"][0]["id"] == "call_a"
+    assert record["messages"] == [{"role": "user", "content": "What is [REDACTED]?"}]
+
+
 def test_a_streamed_answer_reaches_g_step_with_its_token_logprobs():
     gr = guardrail(tool_actions=[], default_tool=None)
     out = stream_through(gr, chunks_of({"content": "It is \\boxed{42}", "tool_calls": None}, [-0.1, -0.2, -0.3]),
