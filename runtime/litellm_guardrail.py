@@ -31,7 +31,6 @@ gated exactly once."""
 from __future__ import annotations
 
 import copy
-import importlib
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
@@ -44,21 +43,12 @@ from litellm.types.utils import Delta, ModelResponse, ModelResponseStream, Strea
 from openai.types.chat.completion_create_params import CompletionCreateParamsBase
 
 from data_builders.gates import gates as registered
-from runtime.serve.capture import Capture
+from runtime.serve.capture import Capture, load_callable
 from runtime.serve.gating import Gater, GatePolicy
 from runtime.serve.metrics import Metrics
 
 #: what of LiteLLM's request data is the OpenAI request (the rest is the proxy's metadata): what a re-ask resends
 OPENAI_PARAMS = frozenset(CompletionCreateParamsBase.__annotations__) - {"stream", "stream_options"}
-
-
-def load_factory(path: str) -> Any:
-    """``module:attribute`` (``runtime.api:Gates.load``) -> the callable."""
-    module, _, attr = path.partition(":")
-    target: Any = importlib.import_module(module)
-    for part in attr.split("."):
-        target = getattr(target, part)
-    return target
 
 
 class _Proxied:
@@ -109,7 +99,7 @@ class ToolwiseGuardrail(CustomGuardrail):
                              "the policy's hidden states, which a proxied model does not return (serve it with "
                              "python -m runtime.serve upstream=local)")
         if gates_factory is not None:
-            gates = load_factory(gates_factory)(**(gates_kwargs or {}))
+            gates = load_callable(gates_factory)(**(gates_kwargs or {}))
         elif all(path is None for path in paths.values()):
             names = [n for n, g in registered().items() if g.moment != "pre_generation"]
             raise ValueError(f"the toolwise guardrail needs one or more of {names} (exported checkpoint dirs), or "

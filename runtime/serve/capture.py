@@ -40,10 +40,11 @@ _STOP = object()
 
 
 def load_callable(path: str) -> Callable:
-    """``module:function`` -> the function."""
+    """``module:attribute`` (``runtime.api:Gates.load``) -> the callable (the redactor here, the LiteLLM
+    guardrail's ``gates_factory``)."""
     module, _, attr = path.partition(":")
     if not module or not attr:
-        raise ValueError(f"capture.redactor={path!r}: expected module:function")
+        raise ValueError(f"{path!r}: expected module:function")
     target: Any = importlib.import_module(module)
     for part in attr.split("."):
         target = getattr(target, part)
