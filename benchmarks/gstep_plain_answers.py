@@ -34,9 +34,14 @@ from data_builders.points.labelers import agent_config
 from data_builders.tasks import tasks_from_config
 from data_builders.tasks.scorers import score_task
 from data_builders.tasks.scoring import BOXED_OPEN, boxed_span
+from data_builders.gates import gates_at
 from runtime.api import Gates
 from runtime.controller_hooks import decide
 from trainers.intervals import BootstrapSpec, mean_interval, paired_difference_interval
+
+
+#: the gate asked about answers: the registry's gate at on_answer (G-STEP), named nowhere here
+ANSWER_GATE = gates_at("on_answer")[0].name
 
 
 def plain_form(text: str) -> str:
@@ -72,8 +77,8 @@ class BothForms(Hooks):
             turn, text=plain_form(turn.text or ""))])
         self.points[id(episode.task)] = {
             "answer": answer_text, "calls": [c for c in episode.calls if c.status == "executed"],
-            "boxed": decide("g_step", self.gate, episode, answer_text),
-            "plain": decide("g_step", self.gate, plain_view, plain)}
+            "boxed": decide(ANSWER_GATE, self.gate, episode, answer_text),
+            "plain": decide(ANSWER_GATE, self.gate, plain_view, plain)}
         return "continue"
 
 
@@ -91,7 +96,7 @@ def chat(args, overrides: list[str]) -> None:
     cfg = recipes.compose("build", ["kind=commit", "splits=[test]", *overrides])
     tasks = [t for split in cfg.splits for t in tasks_from_config(cfg, split)]
     backend = backend_from_config(cfg.model, cfg.backend)
-    gates = Gates.load({"g_step": args.gate}, strict=False, support_z={"g_step": None})
+    gates = Gates.load({ANSWER_GATE: args.gate}, strict=False, support_z={ANSWER_GATE: None})
     # G-STEP reads the answer's token log-probs: asked of the upstream, as `python -m runtime.serve gates.g_step=...`
     # does when it loads the gate (create_app is given the gates, not the config's checkpoint, here)
     serve = recipes.compose("serve", ["upstream=local", "gates.max_continues=1", "gates.logprobs=true"])
@@ -104,7 +109,7 @@ def chat(args, overrides: list[str]) -> None:
                 "model": backend.model_id, "messages": [{"role": "user", "content": task.instruction}]})
             r.raise_for_status()
             body = r.json()
-            [d] = [d for d in body["toolwise"]["decisions"] if d["gate"] == "g_step"][:1] or [None]
+            [d] = [d for d in body["toolwise"]["decisions"] if d["gate"] == ANSWER_GATE][:1] or [None]
             if d is None:
                 continue        # an empty reply: nothing to judge
             final = body["choices"][0]["message"]["content"] or ""
@@ -150,10 +155,10 @@ def main() -> None:
     if args.chat:
         return chat(args, overrides)
     cfg = recipes.compose("build", ["kind=commit", "splits=[test]", *overrides])
-    gates = Gates.load({"g_step": args.gate}, strict=False)
+    gates = Gates.load({ANSWER_GATE: args.gate}, strict=False)
     tasks = [t for split in cfg.splits for t in tasks_from_config(cfg, split)]
     backend = backend_from_config(cfg.model, cfg.backend)
-    hooks = BothForms(gate=gates.g_step)
+    hooks = BothForms(gate=gates.controllers[ANSWER_GATE])
     agent = Agent(backend, agent_config(cfg.agent, "default", len(tasks), max_continues=1,
                                         verify_rounds=cfg.agent.verify_rounds), hooks)
     with tqdm(total=len(tasks), desc="episodes", unit="task") as bar:
