@@ -28,7 +28,7 @@ from data_builders.features.toolgate import MAX_TOKENS, embed_texts, summary_tex
 from data_builders.agent.hooks import PromptState
 from runtime.api import Gates
 from runtime.controller_hooks import decide
-from runtime.messages import call_episode
+from data_builders.agent.openai_messages import call_episode
 
 REPO = Path(__file__).resolve().parents[1]
 TOOLS = [{"type": "function", "function": {"name": "evaluate_expression", "description": "Evaluate an expression.",

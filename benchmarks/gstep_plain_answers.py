@@ -91,7 +91,7 @@ def chat(args, overrides: list[str]) -> None:
 
     from runtime.serve import create_app
     from runtime.serve.local import LocalUpstream
-    from runtime.messages import call_format_of
+    from data_builders.agent.openai_messages import call_format_of
 
     cfg = recipes.compose("build", ["kind=commit", "splits=[test]", *overrides])
     tasks = [t for split in cfg.splits for t in tasks_from_config(cfg, split)]

@@ -25,7 +25,7 @@ import httpx
 
 import recipes
 from data_builders.backends.loading import backend_from_config
-from runtime.messages import call_format_of
+from data_builders.agent.openai_messages import call_format_of
 from runtime.serve import create_app
 from runtime.serve.local import LocalUpstream
 

@@ -30,7 +30,7 @@ def child(setting: str, requests: int, every: int) -> None:
     from data_builders.backends import grammar
     from data_builders.backends.hf import HFBackend
     from data_builders.backends.loading import backend_from_config
-    from runtime.messages import call_format_of
+    from data_builders.agent.openai_messages import call_format_of
     from runtime.serve import create_app
     from runtime.serve.local import LocalUpstream
 

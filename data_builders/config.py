@@ -32,6 +32,15 @@ class SandboxConfig:
 
 
 @dataclass
+class CaptureSource:
+    """``source=capture``: decision moments from the endpoint's (or the LiteLLM guardrail's) ``capture.dir``
+    (data_builders/capture/)."""
+    dir: Optional[str] = param(None, "the capture directory (capture-*.jsonl)")
+    test_fraction: float = param(0.2, "share of conversations held out as the test split (by a hash of the "
+                                      "conversation's first request id); val_fraction of the rest is val", ge=0, lt=1)
+
+
+@dataclass
 class LocalExecutorConfig:
     """``executor=local``: every shard in this process on one engine (data_builders/executors.py)."""
     name: str = param("local", "the executor", choices=("local",))
@@ -123,7 +132,19 @@ class BuildConfig(PolicyGroups):
     commit_mode: str = param("default", "commit: the prompt mode of its rollouts", choices=PROMPT_MODES)
     commit_label: str = param("wrong", "commit: wrong (continue iff the answer is wrong) | fixed (... and "
                                        "verification fixes it)", choices=("wrong", "fixed"))
-    out_dir: str = param("outputs/points/${kind}/${tasks.source}", "the dataset directory")
+    free_labels: bool = param(False, "also label every point without its gold answer (column free_label, by "
+                                     "agreement: data_builders/points/free_labels.py), to measure those labels "
+                                     "against gold and fit on them (recipe.points.label=free_label)")
+    agreement_scorer: Optional[Any] = param(None, "gold-free labels: how two answers are compared where no task "
+                                                  "scorer is known (source=capture); null = When2Tool's comparison of "
+                                                  "the boxed answers | a scorer spec, e.g. {kind: judge, base_url: "
+                                                  "..., model: ...}")
+    source: str = param("tasks", "tasks: run the policy on the tasks group | capture: replay the decision moments "
+                                 "of captured traffic (capture.dir) and label them without gold",
+                        choices=("tasks", "capture"))
+    capture: CaptureSource = param(CaptureSource(), "source=capture: the captured traffic")
+    out_dir: Optional[str] = param(None, "the dataset directory; null = outputs/points/<kind>/<tasks.source> "
+                                         "(source=capture: outputs/points/<kind>/capture)")
     overwrite: bool = param(False, "true: delete an existing build in out_dir instead of resuming it")
 
 

@@ -6,7 +6,7 @@
     d = gates.answer(messages, tools, answer_text, logprobs)                  # on_answer: continue | commit
 
 Each call converts the messages into the state toolwise's own loop would hold at that moment
-(:mod:`runtime.messages`) and asks the loaded gates that decide at that moment with the same code as the loop's
+(:mod:`data_builders.agent.openai_messages`) and asks the loaded gates that decide at that moment with the same code as the loop's
 hooks (:func:`~runtime.controller_hooks.decide`): same featurizer, same threshold. On *skip* the agent answers the
 call with :data:`SKIPPED_TOOL_MESSAGE` (the loop's fixed no-op result) and re-asks its model; on *continue* it
 appends the answer and :data:`VERIFY_PROMPT` and re-asks. Needs torch and the featurizers; never Lightning or TRL."""
@@ -26,7 +26,7 @@ from data_builders.environments.base import serialize
 from data_builders.gates import MOMENTS, gate_named, gates
 from data_builders.tasks.schema import Task
 from .controller_hooks import GateDecision, checked, decide
-from .messages import (TokenCounter, answer_episode, call_episode, call_format_of, check_tools,
+from data_builders.agent.openai_messages import (TokenCounter, answer_episode, call_episode, call_format_of, check_tools,
                        first_prompt_messages)
 
 __all__ = ["Gates", "GateDecision", "GateError", "SKIPPED_TOOL_MESSAGE", "VERIFY_PROMPT"]
@@ -80,7 +80,7 @@ class GateError(RuntimeError):
 class Gates:
     """Loaded gates (any subset of the registry, ``data_builders.gates``, keyed by name) and what a conversion
     needs: the policy's call format and, optionally, its tokenizer for token counts the messages do not carry (see
-    :mod:`runtime.messages`). ``gates.<name>`` is that gate's controller, or None when it is not loaded."""
+    :mod:`data_builders.agent.openai_messages`). ``gates.<name>`` is that gate's controller, or None when it is not loaded."""
 
     controllers: dict[str, Controller] = field(default_factory=dict)
     policy: str | None = None

@@ -64,20 +64,20 @@ def test_the_import_contracts_hold():
 # A minimal copy of the layout, with every module a contract names: each break below must fail its contract.
 FAKE = {name: "" for name in (
     "controllers/__init__.py", "controllers/base.py", "controllers/probe.py",
-    "data_builders/__init__.py", "data_builders/agent.py", "data_builders/metrics.py",
-    "runtime/__init__.py", "runtime/api.py", "runtime/controller_hooks.py", "runtime/messages.py",
+    "data_builders/__init__.py", "data_builders/agent/__init__.py", "data_builders/metrics.py",
+    "runtime/__init__.py", "runtime/api.py", "runtime/controller_hooks.py", "data_builders/agent/openai_messages.py",
     "trainers/__init__.py", "trainers/fit.py", "trainers/controller/__init__.py", "trainers/controller/fit.py",
     "trainers/policy/__init__.py", "trainers/policy/grpo.py", "trainers/policy/sft.py", "recipes/__init__.py")}
 FAKE |= {"controllers/probe.py": "from controllers import base\n",
-         "runtime/api.py": "from runtime import controller_hooks, messages\nimport data_builders.agent\n",
+         "runtime/api.py": "from runtime import controller_hooks\nimport data_builders.agent.openai_messages\n",
          "trainers/fit.py": "import importlib\nimport recipes\n",
          "trainers/policy/sft.py": "import trl\n"}
 BREAKS = {   # contract id -> (file, what it becomes); imports inside functions count too
-    "layers": ("data_builders/agent.py", "def f():\n    from runtime import api\n"),
-    "agent-metrics": ("data_builders/agent.py", "from data_builders.metrics import x\n"),
+    "layers": ("data_builders/agent/__init__.py", "def f():\n    from runtime import api\n"),
+    "agent-metrics": ("data_builders/agent/__init__.py", "from data_builders.metrics import x\n"),
     "recipes-launcher": ("trainers/controller/fit.py", "def f():\n    from trainers.fit import RECIPES\n"),
     "recipes-independent": ("trainers/policy/grpo.py", "from trainers.policy.sft import fit\n"),
-    "light-runtime": ("runtime/messages.py", "import lightning\n"),
+    "light-runtime": ("data_builders/agent/openai_messages.py", "import lightning\n"),
     "acyclic": ("controllers/base.py", "def f():\n    from controllers.probe import p\n"),
 }
 

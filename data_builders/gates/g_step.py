@@ -43,6 +43,7 @@ class GStepMLPArgs:
 GATE = Gate(
     name="g_step", kind="commit", featurizer=FEATURIZER,
     labeler="data_builders.points.labelers:label_commit", label_rule=label_rule,
+    replay="data_builders.capture.replay:replay_commit",
     controller="gstep_mlp", args=GStepMLPArgs, moment="on_answer", run_input=run_input,
     on_error=("commit", "continue"),
     card_action="continue with a verification round (else the answer is committed)",

@@ -64,6 +64,7 @@ class ProbeArm:
 GATE = Gate(
     name="probe_prefill", kind="probe", featurizer=FEATURIZER,
     labeler="data_builders.points.labelers:label_probe",
+    replay="data_builders.capture.replay:replay_probe",
     label_rule=lambda cfg: "label=1 (tool needed) iff the policy's greedy hard_no_tool episode is incorrect",
     controller="linear_probe", args=LinearProbeArgs, moment="pre_generation", run_input=run_input,
     # failing open adds no prefill at all ("none": the policy writes its first turn unprompted)

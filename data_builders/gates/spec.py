@@ -39,6 +39,9 @@ class Gate:
     on_error: tuple[str, str]   # per ON_ERROR_MODES: open lets the turn through as if no gate were there
     card_action: str            # the model card's "p >= τ means ..."
     # optional parts -------------------------------------------------------------------------------------------
+    # "module:function" labelling captured moments of its kind without gold (data_builders/capture/replay.py):
+    # ``python -m data_builders.build source=capture kind=<kind>``; "" = the gate cannot learn from captured traffic
+    replay: str = ""
     label: str = ""             # its name in the evaluator's arm names and cache keys (default: name)
     # the hook's return value for an action and the hook's options (default: the action itself); the probe's
     # is the response prefill of its style
@@ -73,4 +76,12 @@ class Gate:
     @property
     def labeler_fn(self) -> Callable:
         module, func = self.labeler.split(":")
+        return getattr(import_module(module), func)
+
+    @property
+    def replay_fn(self) -> Callable:
+        if not self.replay:
+            raise ValueError(f"gate {self.name!r} (kind {self.kind}) has no replay labeler: its points cannot be "
+                             f"built from captured traffic (source=capture)")
+        module, func = self.replay.split(":")
         return getattr(import_module(module), func)

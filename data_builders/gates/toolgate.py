@@ -40,6 +40,7 @@ class ToolGateLogisticArgs:
 GATE = Gate(
     name="toolgate", kind="flip", featurizer=FEATURIZER,
     labeler="data_builders.points.labelers:label_flip",
+    replay="data_builders.capture.replay:replay_flip",
     label_rule=lambda cfg: ("label=1 (execute) iff forced answer wrong before the tool output and right after, and "
                             "the episode ends correct"),
     controller="toolgate_logistic", args=ToolGateLogisticArgs, moment="pre_call", run_input=run_input,

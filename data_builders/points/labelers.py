@@ -32,19 +32,18 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from ..agent import prompts as P
 from ..agent.hooks import Hooks
 from ..agent.loop import Agent, AgentConfig
 from ..agent.trajectory import Trajectory, executed_calls
-from ..backends.base import SamplingParams
 from ..environments import make_environment
 from ..features.gstep import GSTEP_FEATURES, gstep_features
 from ..gates.g_step import LABEL_RULES as COMMIT_LABEL_RULES, label_rule as commit_label_rule
 from ..features.probe import probe_features
 from ..features.toolgate import embed_texts, structural_names, toolgate_state
-from ..protocol import ANSWER_PREFILL
 from ..tasks.schema import Task
 from ..tasks.scorers import score_task
+from . import free_labels as free
+from .free_labels import forced_answers
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +74,21 @@ def label_probe(backend, tasks: Sequence[Task], splits: Sequence[str], cfg: Any,
     hidden = probe_features(backend, [agent.initial_prompt(tasks[i]) for i in keep], cfg.get("layers"))
     rows = [base_row(tasks[i], splits[i], str(tasks[i].id), not trajs[i].correct)
             | {"no_tool_answer": trajs[i].answer, "rounds": trajs[i].rounds, "ended": trajs[i].ended} for i in keep]
+    if cfg.get("free_labels"):
+        for row, label in zip(rows, _free_probe_labels(backend, [tasks[i] for i in keep], cfg)):
+            row["free_label"] = label
     return rows, {"hidden": hidden}
+
+
+def _free_probe_labels(backend, tasks: Sequence[Task], cfg: Any) -> list[int]:
+    """The gold-free probe labels: the policy's forced answer at the first prompt against the final answer of its
+    tool-using (default-mode) episode."""
+    trajs = Agent(backend, agent_config(cfg, "default", len(tasks))).run(tasks)
+    firsts = [tr.messages[:next((k for k, m in enumerate(tr.messages) if m["role"] == "assistant"),
+                                len(tr.messages))] for tr in trajs]
+    unaided = forced_answers(backend, [(m, make_environment(t.env).tool_specs()) for t, m in zip(tasks, firsts)],
+                             cfg.forced_answer_tokens)
+    return [free.probe_label(u, tr.final_response, t) for t, u, tr in zip(tasks, unaided, trajs)]
 
 
 # ---------------------------------------------------------------------------- flip
@@ -95,14 +108,15 @@ class _CallRecorder(Hooks):
         return "execute"
 
 
-def _forced_answers(backend, items: list[tuple[Task, list[dict], list[tuple[str, dict]]]], cfg: Any) -> list[bool]:
-    """Each item: a task, the messages so far, and the calls executed by then (what a calls scorer judges)."""
-    prompts = []
-    for task, messages, _ in items:
-        tools = make_environment(task.env).tool_specs()
-        prompts.append(backend.render(P.template_messages(messages), tools) + ANSWER_PREFILL)
-    gens = backend.generate(prompts, SamplingParams(max_new_tokens=cfg.forced_answer_tokens)) if prompts else []
-    return [score_task(task, ANSWER_PREFILL + g.text, calls=calls) for g, (task, _, calls) in zip(gens, items)]
+def _forced_answers(backend, items: list[tuple[Task, list[dict], list[tuple[str, dict]]]], cfg: Any) -> list[str]:
+    """Each item: a task and the messages so far (the calls executed by then are its third part, for scoring):
+    the forced answers' texts, ``\\boxed{`` included."""
+    return forced_answers(backend, [(messages, make_environment(task.env).tool_specs()) for task, messages, _ in items],
+                          cfg.forced_answer_tokens)
+
+
+def _score(items, texts: list[str]) -> list[bool]:
+    return [score_task(task, text, calls=calls) for text, (task, _, calls) in zip(texts, items)]
 
 
 def label_flip(backend, tasks: Sequence[Task], splits: Sequence[str], cfg: Any,
@@ -121,17 +135,20 @@ def label_flip(backend, tasks: Sequence[Task], splits: Sequence[str], cfg: Any,
                 raise RuntimeError(f"task {task.id}: trajectory does not continue the recorded call state")
             points.append((task, split, pt, tr, n))
     # before: the calls executed before this one; after: with it
-    before = _forced_answers(backend, [(t, tr.messages[:n], executed_calls(tr.calls[:pt["n_calls"]]))
-                                       for t, _, pt, tr, n in points], cfg)
-    after = _forced_answers(backend, [(t, tr.messages[:n + 2], executed_calls(tr.calls[:pt["n_calls"] + 1]))
-                                      for t, _, pt, tr, n in points], cfg)
+    before_items = [(t, tr.messages[:n], executed_calls(tr.calls[:pt["n_calls"]])) for t, _, pt, tr, n in points]
+    after_items = [(t, tr.messages[:n + 2], executed_calls(tr.calls[:pt["n_calls"] + 1])) for t, _, pt, tr, n in points]
+    before_text, after_text = _forced_answers(backend, before_items, cfg), _forced_answers(backend, after_items, cfg)
+    before, after = _score(before_items, before_text), _score(after_items, after_text)
     rows, k_of = [], {}
-    for (task, split, pt, tr, _), b, a in zip(points, before, after):
+    for (task, split, pt, tr, _), b, a, bt, at in zip(points, before, after, before_text, after_text):
         k = k_of[task.id] = k_of.get(task.id, -1) + 1
         flip = "helpful" if (a and not b) else "harmful" if (b and not a) else "unchanged"
         rows.append(base_row(task, split, f"{task.id}:{k}", flip == "helpful" and tr.correct)
                     | {"flip_class": flip, "before_correct": b, "after_correct": a, "episode_correct": tr.correct,
-                       "tool": pt["tool"], "round": pt["round"], "summary": pt["text"]})
+                       "tool": pt["tool"], "round": pt["round"], "summary": pt["text"]}
+                    # the same forced answers, judged against the episode's own final answer instead of gold
+                    | ({"free_label": free.flip_label(bt, at, tr.final_response, task)} if cfg.get("free_labels")
+                       else {}))
     emb = embed_texts([pt["text"] for _, _, pt, _, _ in points])
     structural = np.zeros((len(points), len(structural_names())), np.float32)
     for i, (_, _, pt, _, _) in enumerate(points):
@@ -148,7 +165,8 @@ class _AnswerRecorder(Hooks):
     def on_answer(self, episode, answer_text):
         # calls: those executed by the time of the answer (a calls scorer judges the answer with them)
         self.points[id(episode.task)] = {"features": gstep_features(episode, answer_text), "answer_text": answer_text,
-                                         "round": episode.round, "calls": executed_calls(episode.calls)}
+                                         "round": episode.round, "calls": executed_calls(episode.calls),
+                                         "messages": list(episode.messages)}
         return "continue"
 
 
@@ -159,7 +177,7 @@ def label_commit(backend, tasks: Sequence[Task], splits: Sequence[str], cfg: Any
     agent = Agent(backend, agent_config(cfg, cfg.get("commit_mode", "default"), len(tasks), max_continues=1,
                                         verify_rounds=cfg.verify_rounds), recorder)
     trajs = agent.run(tasks, on_done=progress)
-    rows, feats = [], []
+    rows, feats, answered = [], [], []
     for task, split, tr in zip(tasks, splits, trajs):
         pt = recorder.points.get(id(task))
         if pt is None:
@@ -170,6 +188,14 @@ def label_commit(backend, tasks: Sequence[Task], splits: Sequence[str], cfg: Any
                     | {"first_correct": first, "final_correct": tr.correct, "round": pt["round"],
                        "ended": tr.ended})
         feats.append(pt["features"])
+        answered.append((task, pt))
+    if cfg.get("free_labels"):
+        # the gold-free label: does the policy's forced answer after the verification prompt restate the answer
+        verified = forced_answers(backend, [(free.verify_messages(pt["messages"], pt["answer_text"]),
+                                             make_environment(task.env).tool_specs()) for task, pt in answered],
+                                  cfg.forced_answer_tokens)
+        for row, (task, pt), v in zip(rows, answered, verified):
+            row["free_label"] = free.commit_label(pt["answer_text"], v, task)
     x = np.stack(feats).astype(np.float32) if feats else np.zeros((0, len(GSTEP_FEATURES)), np.float32)
     return rows, {"features": torch.from_numpy(x)}
 

@@ -8,7 +8,7 @@ before any gate acted on it), ``decisions`` (each gate's action, applied action,
 latency, round, call id), ``injected`` (what the server added), the ``response`` message the client received, the
 request's ``usage`` and ``upstream_calls``, and ``results``: the tool results this request carries
 (``tool_call_id`` → content). A call a captured response returned is answered by the conversation's next request;
-:func:`read_capture` links the two (``call_results``), so a captured call knows its result.
+``data_builders.capture.records.read_capture`` links the two (``call_results``), so a captured call knows its result.
 
 Off the request path: the request only puts its record on a bounded queue (``capture.queue_size``); a full queue
 drops the record (``toolwise_capture_dropped_total``), never slows the request. A writer thread redacts
@@ -23,13 +23,12 @@ and every stored record reads back."""
 from __future__ import annotations
 
 import importlib
-import json
 import os
 import queue
 import re
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -210,40 +209,3 @@ class Capture:
         if self._thread.is_alive():
             self.queue.put(_STOP)
             self._thread.join(timeout)
-
-
-@dataclass
-class CaptureRead:
-    records: list[dict] = field(default_factory=list)
-    incomplete_lines: int = 0       # cut by a crash mid-write (at most one per file)
-    files: int = 0
-
-
-def read_capture(directory: str | Path) -> CaptureRead:
-    """Every stored record of ``directory`` in write order, with ``call_results``: for each call the record's
-    response returned (``response.tool_calls``), the tool result a later request of the conversation carried
-    (the first later record carrying its ``tool_call_id``; absent when the agent never sent it back). A line a crash cut is skipped and counted;
-    any other unreadable line is an error naming the file and line."""
-    out = CaptureRead()
-    for path in sorted(Path(directory).glob("capture-*.jsonl")):
-        out.files += 1
-        lines = path.read_bytes().split(b"\n")
-        for i, line in enumerate(lines, 1):
-            if not line:
-                continue
-            try:
-                out.records.append(json.loads(line))
-            except ValueError as e:
-                if i == len(lines):        # the last line, without its newline: written when the process died
-                    out.incomplete_lines += 1
-                    continue
-                raise ValueError(f"{path}:{i}: not a capture record: {e}") from e
-    # newest first: each call is answered by the first later request that carries its id (ids a server reuses
-    # across conversations, e.g. call_0, link to their own conversation's next request)
-    later: dict[str, Any] = {}
-    for record in reversed(out.records):
-        calls = (record.get("response") or {}).get("tool_calls") or []
-        record["call_results"] = {c["id"]: later[c["id"]] for c in calls if c.get("id") in later}
-        later.update(record.get("results") or {})
-    return out
-

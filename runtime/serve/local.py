@@ -6,7 +6,7 @@ hands :meth:`LocalUpstream.chat` its probe step (:meth:`~.gating.Gater.first_tur
 it prefills the prompt once (:meth:`Gates.probe_first_prompt`), decides, and returns the prompt, the prefill state
 and the response prefill, and generation resumes from that state, exactly as toolwise's agent loop does; later
 turns are plain generations. The messages become the loop's prompt through the runtime API's converter
-(:mod:`runtime.messages`), so the policy sees what it sees inside toolwise. The returned assistant
+(:mod:`data_builders.agent.openai_messages`), so the policy sees what it sees inside toolwise. The returned assistant
 content is the text the policy generated: a soft prefill (a sentence that steers the generation) is not part of
 the reply and never appears in it (the probe's decision record names it); a hard prefill, the forced opening of
 the policy's own call or boxed answer, stays part of that call or answer. A call in the text is returned as
@@ -50,7 +50,7 @@ from data_builders.backends.base import SamplingParams
 from data_builders.backends.grammar import CallConstraint, import_xgrammar
 from data_builders.environments.base import serialize
 from data_builders.protocol import CALL_PREFILL
-from runtime.messages import check_tools, episode_from_openai
+from data_builders.agent.openai_messages import check_tools, episode_from_openai
 
 from .protocol import APIError, ChatResponse, validation_error
 
@@ -177,7 +177,7 @@ class LocalUpstream:
     def from_config(cls, cfg: Any) -> "LocalUpstream":
         # why here: loading a policy needs transformers (and vLLM for backend=vllm); upstream=http needs neither
         from data_builders.backends.loading import backend_from_config
-        from runtime.messages import call_format_of
+        from data_builders.agent.openai_messages import call_format_of
 
         backend = backend_from_config(cfg.model, cfg.backend)
         up = cfg.upstream

@@ -20,7 +20,7 @@ from data_builders.features.toolgate import EMBEDDING_DIM, structural_names
 from data_builders.tasks.schema import Task
 from runtime.api import SKIPPED_TOOL_MESSAGE, Gates
 from runtime.controller_hooks import GateHook
-from runtime.messages import answer_episode, to_openai, call_episode
+from data_builders.agent.openai_messages import answer_episode, to_openai, call_episode
 
 REPO = Path(__file__).resolve().parents[2]
 

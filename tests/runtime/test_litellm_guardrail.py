@@ -394,7 +394,7 @@ def test_a_shadowed_gate_is_logged_and_never_acted_on(stream):
 
 
 def test_the_guardrail_captures_what_it_gated(tmp_path):
-    from runtime.serve.capture import read_capture
+    from data_builders.capture.records import read_capture
 
     gr = guardrail(capture={"dir": str(tmp_path), "redact": ["6\\*7"]})      # the call executes: no re-ask
     stream_through(gr, chunks_of({"content": None, "tool_calls": CALLS[:1]}))

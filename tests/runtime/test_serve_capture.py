@@ -20,7 +20,8 @@ openai = pytest.importorskip("openai")
 import recipes  # noqa: E402
 from data_builders.agent import prompts as P  # noqa: E402
 from runtime.serve import Upstream, create_app  # noqa: E402
-from runtime.serve.capture import REDACTED, Capture, read_capture  # noqa: E402
+from data_builders.capture.records import read_capture  # noqa: E402
+from runtime.serve.capture import REDACTED, Capture  # noqa: E402
 from runtime.serve.metrics import Metrics  # noqa: E402
 from runtime.serve.testing import ForcedGates, ScriptedUpstream, free_port, serve_in_thread  # noqa: E402
 

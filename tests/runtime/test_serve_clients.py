@@ -14,7 +14,7 @@ pytest.importorskip("fastapi")
 openai = pytest.importorskip("openai")
 
 import recipes  # noqa: E402
-from runtime.messages import call_format_of  # noqa: E402
+from data_builders.agent.openai_messages import call_format_of  # noqa: E402
 from runtime.serve import Upstream, create_app  # noqa: E402
 from runtime.serve.local import LocalUpstream  # noqa: E402
 from runtime.serve.testing import ForcedGates, ScriptedUpstream, agent_reply, serve_in_thread  # noqa: E402

@@ -31,7 +31,7 @@ from data_builders.tasks.schema import Task  # noqa: E402
 from runtime.api import Gates  # noqa: E402
 from data_builders.gates.probe_prefill import prefill_text  # noqa: E402
 from runtime.controller_hooks import GateHook  # noqa: E402
-from runtime.messages import call_format_of, to_openai  # noqa: E402
+from data_builders.agent.openai_messages import call_format_of, to_openai  # noqa: E402
 from runtime.serve import create_app  # noqa: E402
 from runtime.serve.__main__ import build  # noqa: E402
 from runtime.serve.local import LocalUpstream  # noqa: E402

@@ -303,7 +303,7 @@ def test_upstream_local_streams_the_generated_turn_as_the_non_streamed_one(tiny_
     """The in-process policy generates a turn whole; streamed, the client gets the same text and decisions."""
     from fastapi.testclient import TestClient
 
-    from runtime.messages import call_format_of
+    from data_builders.agent.openai_messages import call_format_of
     from runtime.serve.local import LocalUpstream
 
     cfg = recipes.compose("serve", ["upstream=local"])

@@ -27,6 +27,10 @@ class Points:
     # Free-form: keys of the ``build`` entry config set for this recipe; trainers/controller/points.py merges
     # them onto the composed (typed) build config, and check_config checks them against BuildConfig.
     build: Dict[str, Any] = param({}, "data_builders.build keys (recipes/build.yaml) for this recipe's build")
+    label: str = param("label", "the column the fit learns from on train and val: label (the build's rule) | "
+                                "free_label (gold-free labels of a free_labels=true build); test is always scored "
+                                "on label, so a fit on free_label is measured against gold",
+                       choices=("label", "free_label"))
 
 
 @dataclass

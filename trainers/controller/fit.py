@@ -22,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from controllers import Controller
 from data_builders.gates import gate_named
+from data_builders.points.free_labels import RULES as FREE_RULES
 from trainers.controller.baselines import probe_baselines
 from trainers.controller.calibration import choose_tau, fit_temperature
 from trainers.controller.card import controller_card
@@ -63,19 +64,22 @@ def fit(recipe: DictConfig, cfg: DictConfig, run: RunInfo) -> Fitted:
     start = time.perf_counter()
     kind = gate_named(recipe.name).kind
     points, build = decision_points(cfg, command=run.command)
-    splits = split_tensors(points, kind)
+    label = recipe.points.get("label", "label")
+    splits = split_tensors(points, kind, label)
     (x_tr, y_tr, _), (x_va, y_va, _) = splits["train"], splits["val"]
     if len(y_tr) == 0 or y_tr.min() == y_tr.max():
         raise ValueError(f"{build.out_dir}: the train split has {len(y_tr)} points and "
                          f"{int(y_tr.sum()) if len(y_tr) else 0} positives; a controller needs both labels")
 
     logger = make_logger(cfg, run.dir)
-    controller = new_controller(recipe, points, x_tr)
+    # a fit on gold-free labels carries their rule in its contract (the test split is still scored on gold)
+    controller = new_controller(recipe, points, x_tr, label_rule=None if label == "label" else
+                                "gold-free: " + FREE_RULES[kind])
     trained = train(controller, recipe.train, (x_tr, y_tr), (x_va, y_va), cfg.trainer, logger)
     calibration = calibrate(controller, recipe.calibration, x_va, y_va)
     metrics = {"splits": evaluate(controller, splits), "calibration": calibration,
                "train_seconds": trained.seconds, "points": {s: int(len(v[1])) for s, v in splits.items()},
-               "dataset": str(Path(build.out_dir))}
+               "dataset": str(Path(build.out_dir)), "label": label}
 
     if recipe.get("baselines"):
         metrics["baselines"] = probe_baselines(recipe, cfg, points, splits, build)   # collective fits: every rank

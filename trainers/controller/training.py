@@ -31,22 +31,35 @@ logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
 warnings.filterwarnings("ignore", message=".*isinstance\\(treespec, LeafSpec\\)")
 
 
-def split_tensors(points: PointSet, kind: str) -> dict[str, tuple[torch.Tensor, torch.Tensor, PointSet]]:
+def split_tensors(points: PointSet, kind: str, label: str = "label"
+                  ) -> dict[str, tuple[torch.Tensor, torch.Tensor, PointSet]]:
+    """Each split's (controller input, labels, points). ``label``: the column train and val learn from (the test
+    split is always ``label``); points that column leaves unlabelled (-1) are left out of train and val."""
+    if label != "label" and label not in points.points.column_names:
+        raise ValueError(f"recipe.points.label={label}: the dataset has no {label!r} column (build it with "
+                         f"free_labels=true, or from captured traffic)")
     out = {}
     for s in SPLITS:
         part = points.split(s)
-        out[s] = (gate_of_kind(kind).featurizer.controller_input(part.features), part.labels, part)
+        if s != "test" and label != "label":
+            part = part.select(i for i, y in enumerate(part.points[label]) if y >= 0)
+            y = torch.tensor(part.points[label], dtype=torch.float32)
+        else:
+            y = part.labels
+        out[s] = (gate_of_kind(kind).featurizer.controller_input(part.features), y, part)
     return out
 
 
-def new_controller(recipe: DictConfig, points: PointSet, x_train: torch.Tensor, **override) -> Controller:
+def new_controller(recipe: DictConfig, points: PointSet, x_train: torch.Tensor, label_rule: str | None = None,
+                   **override) -> Controller:
+    """``label_rule``: the rule of the labels it learns from, when not the dataset's own (gold-free labels)."""
     m = points.manifest
     names = gate_of_kind(m["kind"]).featurizer.feature_names
     # the tools the flip points' calls named: which tools the gate has seen (its card and the evaluator say
     # when a decision is about a tool outside them; the features themselves name no tool)
     tools = sorted(set(points.points["tool"])) if "tool" in points.points.column_names else None
     contract = make_contract(m["featurizer"], m["backend"], x_train.shape[1:], kind=m["kind"],
-                             label_rule=m["label_rule"], task_hash=m["task_hash"],
+                             label_rule=label_rule or m["label_rule"], task_hash=m["task_hash"],
                              **({"feature_names": list(names)} if names is not None else {}),
                              **({"tools_seen": tools} if tools is not None else {}))
     # the recipe names the gate, the gate its controller class; the recipe's controller node is that class's arguments

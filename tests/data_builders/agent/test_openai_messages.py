@@ -6,7 +6,7 @@ import json
 import pytest
 
 from data_builders.agent import prompts as P
-from runtime.messages import (answer_episode, assistant_text, call_format_of, episode_from_openai,
+from data_builders.agent.openai_messages import (answer_episode, assistant_text, call_format_of, episode_from_openai,
                               split_user_prompt, to_openai, call_episode)
 
 TOOLS = [{"type": "function", "function": {"name": "evaluate_expression", "parameters": {}}}]
