@@ -21,6 +21,8 @@ ENTRY_SCHEMAS = {
     "fit": ("trainers.config", "trainers.controller.config", "trainers.policy.config"),
     "evaluate": ("trainers.evaluate.config",),
     "factorized": ("trainers.evaluate.config",),
+    "shadow": ("trainers.evaluate.config",),
+    "promote": ("trainers.evaluate.config",),
     "build": ("data_builders.config",),
     "rollout": ("data_builders.config",),
     "oracle": ("data_builders.config",),

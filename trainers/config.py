@@ -8,7 +8,7 @@ from typing import Any, ClassVar, Dict, Iterable, Optional
 from omegaconf import DictConfig
 
 from data_builders.backends.config import ModelConfig
-from data_builders.config import CheckpointsConfig
+from data_builders.config import CaptureSource, CheckpointsConfig
 from data_builders.config_fields import param, required
 from data_builders.metrics.config import HardwareConfig
 from recipes.schema import store
@@ -71,6 +71,10 @@ class FitConfig:
     hardware: HardwareConfig = required("PTE's γ of pte_grpo's reward: the hardware group")  # type: ignore[valid-type]
     checkpoints: CheckpointsConfig = required("the committed checkpoints: the checkpoints group")
     trainer: TrainerConfig = required("Lightning placement of controller fits: the trainer group")
+    source: str = param("tasks", "controller recipes: decision points from the tasks group (tasks) or replayed from "
+                                 "captured traffic and labelled without gold (capture: capture.dir)",
+                        choices=("tasks", "capture"))
+    capture: CaptureSource = param(CaptureSource(), "source=capture: the captured traffic")
 
 
 # what this module adds to Hydra's ConfigStore, (group or None for an entry config, name, schema)

@@ -4,14 +4,17 @@ gates.toolgate=checkpoints/toolgate/<run> gates.g_step=checkpoints/g_step/<run> 
 
 Loads the gates (their contracts checked against ``gates.policy`` when given, with ``upstream=local`` against the
 local policy's fingerprint), then serves until stopped. Refuses to start on an address other machines can reach
-unless API keys are set (``auth``)."""
+unless API keys are set (``auth``). SIGHUP (or ``POST /admin/reload`` with the admin key) reloads the gates from
+their checkpoints without stopping: requests in flight finish, none is refused."""
 from __future__ import annotations
 
 import logging
+import signal
+import threading
 
 import hydra
 import uvicorn
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from data_builders.gates import gates as registered, gates_at
 import runtime.serve.config  # noqa: F401 - its schemas, stored before Hydra composes
@@ -38,19 +41,50 @@ def load_gates(cfg: DictConfig, policy: str | None = None):
                       support_z=dict(cfg.get("support_z") or {})).warmup()
 
 
+def gate_loader(cfg: DictConfig, policy: str | None):
+    """The gates a reload loads: the configured paths (reread: a promoted checkpoint behind the same path), each
+    overridden by the reload's own (``{"toolgate": "checkpoints/toolgate/<run>"}``)."""
+    def load(paths: dict | None = None):
+        node = OmegaConf.merge(cfg.gates, paths) if paths else cfg.gates
+        check_probe_upstream(cfg, node)
+        return load_gates(node, policy=policy)
+    return load
+
+
+def check_probe_upstream(cfg: DictConfig, gates_cfg: DictConfig) -> None:
+    if cfg.upstream.kind == "local":
+        return
+    for gate in gates_at("pre_generation"):
+        if gates_cfg.get(gate.name) is not None:
+            raise ValueError(f"gates.{gate.name} needs upstream=local: it reads the policy's hidden states, which an "
+                             "HTTP upstream does not return")
+
+
 def build(cfg: DictConfig):
-    """(gates, upstream) from the config: ``upstream=http`` proxies a server, ``upstream=local`` loads the policy."""
+    """(gates, upstream, the reload's gate loader) from the config: ``upstream=http`` proxies a server,
+    ``upstream=local`` loads the policy."""
     if cfg.upstream.kind == "local":
         # why here: upstream=local loads a policy (transformers, maybe vLLM); upstream=http never does
         from .local import LocalUpstream
 
         upstream = LocalUpstream.from_config(cfg)
-        return load_gates(cfg.gates, policy=cfg.gates.policy or upstream.backend.fingerprint), upstream
-    for gate in gates_at("pre_generation"):
-        if cfg.gates.get(gate.name) is not None:
-            raise ValueError(f"gates.{gate.name} needs upstream=local: it reads the policy's hidden states, which an "
-                             "HTTP upstream does not return")
-    return load_gates(cfg.gates), Upstream.from_config(cfg.upstream)
+        load = gate_loader(cfg, cfg.gates.policy or upstream.backend.fingerprint)
+        return load(), upstream, load
+    load = gate_loader(cfg, None)
+    return load(), Upstream.from_config(cfg.upstream), load
+
+
+def reload_on_sighup(app) -> None:
+    """SIGHUP reloads the gates from their configured paths in a thread (the signal handler itself only starts
+    it); the serving gates decide until the new ones are in, and stay if the load fails (logged)."""
+    def reload() -> None:
+        try:
+            app.state.reloader.reload()
+        except Exception:  # noqa: BLE001 - logged by the reloader; a failed reload keeps the serving gates
+            pass
+
+    signal.signal(signal.SIGHUP, lambda *_: threading.Thread(target=reload, name="toolwise-reload",
+                                                             daemon=True).start())
 
 
 @hydra.main(config_path=CONFIG_DIR, config_name="serve", version_base="1.3")
@@ -70,8 +104,9 @@ def main(cfg: DictConfig) -> None:
             cfg.host, cfg.limits.header_timeout_s)
     # Hydra's logging puts the root logger at INFO: httpx would log a line per upstream call (uvicorn logs access)
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    gates, upstream = build(cfg)
-    app = create_app(cfg, gates, upstream)
+    gates, upstream, load = build(cfg)
+    app = create_app(cfg, gates, upstream, reload_gates=load)
+    reload_on_sighup(app)
     gated = " ".join(f"{name}={cfg.gates.get(name)}" for name in registered())
     print(f"serving {upstream.base_url} gated by {gated} (on_error={cfg.gates.on_error}) at "
           f"http://{cfg.host}:{cfg.port}/v1", flush=True)

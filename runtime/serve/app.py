@@ -5,9 +5,14 @@ and a fake upstream; ``python -m runtime.serve`` builds the real ones from the c
 from __future__ import annotations
 
 import json
+import logging
+import os
+import threading
 import time
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Callable
+
+from anyio import to_thread
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
@@ -21,14 +26,14 @@ from data_builders.gates import gates as registered
 from .auth import key_matches, load_api_keys
 from .capture import Capture
 from .disconnect import unless_disconnected
-from .gating import Gater, GatePolicy
+from .gating import GATE_MODES, Gater, GatePolicy
 from .metrics import Metrics
 from .protocol import APIError, ChatRequest, validation_error
 from .server import BodyDeadline, ShutdownResponses
 from .streaming import stream_completion
 from .upstream import Upstream
 
-ROUTES = {"/v1/chat/completions", "/v1/models", "/health", "/metrics"}
+ROUTES = {"/v1/chat/completions", "/v1/models", "/health", "/metrics", "/admin/reload"}
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -149,20 +154,72 @@ class CountRequests:
             self.metrics.requests.labels(route, str(status)).inc()
 
 
-def create_app(cfg: Any, gates: Any, upstream: Upstream) -> FastAPI:
+class Reloader:
+    """Gate reloads (SIGHUP, ``POST /admin/reload``): ``load(paths)`` builds new gates from gate -> checkpoint paths
+    (None: the configured ones, reread: a promoted checkpoint behind the same path), off the event loop; the
+    :class:`~.gating.Gater` then swaps them in. One reload at a time; a failed one leaves the serving gates as they
+    were. Requests never wait for a reload (the old gates decide until the swap)."""
+
+    def __init__(self, load: Callable[[dict | None], Any] | None, gater: Gater, metrics: Metrics):
+        self.load, self.gater, self.metrics = load, gater, metrics
+        self.lock = threading.Lock()
+        self.paths: dict | None = None      # the paths the serving gates came from, once a reload named new ones
+
+    def reload(self, paths: dict | None = None, modes: dict | None = None) -> dict:
+        """Load and swap (blocking: call from a thread); ``modes`` (gate -> enforce | shadow) apply with the new
+        gates, e.g. a promoted gate leaving shadow mode. Returns what was loaded; raises on failure."""
+        if self.load is None:
+            raise APIError(409, "this server was started without a gate loader: nothing to reload",
+                           code="reload_unavailable")
+        if not self.lock.acquire(blocking=False):
+            raise APIError(409, "a reload is already running", code="reload_in_progress")
+        started = time.perf_counter()
+        try:
+            wanted = {**(self.paths or {}), **(paths or {})} or None
+            gates = self.load(wanted)
+            self.gater.swap(gates)
+            if modes:
+                # a new dict, assigned whole: a request reading the modes sees the old ones or the new ones
+                self.gater.policy.modes = {**self.gater.policy.modes, **modes}
+            if paths:
+                self.paths = wanted
+        except Exception as e:
+            self.metrics.gate_reloads.labels("failed").inc()
+            logging.getLogger(__name__).error("gate reload failed, the serving gates stay: %s: %s",
+                                              type(e).__name__, e)
+            if isinstance(e, APIError):
+                raise
+            raise APIError(500, f"gate reload failed, the serving gates stay: {type(e).__name__}: {e}"[:500],
+                           code="reload_failed") from e
+        finally:
+            self.lock.release()
+        self.metrics.gate_reloads.labels("ok").inc()
+        loaded = {m: gates.at(m) for m in ("pre_generation", "pre_call", "on_answer")} if gates is not None else {}
+        loaded = {m: names for m, names in loaded.items() if names}
+        seconds = round(time.perf_counter() - started, 3)
+        logging.getLogger(__name__).warning("gates reloaded in %.2f s: %s", seconds, loaded)
+        return {"reloaded": loaded, "modes": dict(self.gater.policy.modes), "seconds": seconds}
+
+
+def create_app(cfg: Any, gates: Any, upstream: Upstream, reload_gates: Callable[[dict | None], Any] | None = None
+               ) -> FastAPI:
     """``cfg``: the ``serve`` config (recipes/serve.yaml); ``gates``: a :class:`runtime.api.Gates`
-    (or anything with its ``tool_call``/``answer``), None for a plain proxy; ``upstream``: the server behind."""
+    (or anything with its ``tool_call``/``answer``), None for a plain proxy; ``upstream``: the server behind;
+    ``reload_gates(paths)``: new gates for a reload (``paths``: gate -> checkpoint overrides, None: as configured)."""
     policy = GatePolicy(on_error=cfg.gates.on_error, max_reasks=cfg.gates.max_reasks,
                         max_continues=cfg.gates.max_continues,
                         logprobs=(any(g.reads_logprobs and cfg.gates.get(name) is not None
                                       for name, g in registered().items())
                                   if cfg.gates.logprobs is None else cfg.gates.logprobs),
                         concurrency=cfg.gates.concurrency, prefill_style=cfg.gates.prefill_style,
-                        modes=dict(cfg.gates.get("modes") or {}))
+                        modes=dict(cfg.gates.get("modes") or {}), logprobs_auto=cfg.gates.logprobs is None)
     keys = load_api_keys(cfg.auth)
     metrics = Metrics()
     capture = Capture.from_config(cfg.get("capture"), metrics)
     gater = Gater(gates, upstream, policy, metrics, capture)
+    reloader = Reloader(reload_gates, gater, metrics)
+    admin_env = cfg.auth.get("admin_env")
+    admin_key = os.environ.get(admin_env) if admin_env else None
     models: list[str] = list(cfg.upstream.models or [])
 
     @asynccontextmanager
@@ -174,7 +231,7 @@ def create_app(cfg: Any, gates: Any, upstream: Upstream) -> FastAPI:
 
     app = FastAPI(title="toolwise gated endpoint", lifespan=lifespan, docs_url=None, redoc_url=None,
                   openapi_url=None)
-    app.state.metrics, app.state.gater, app.state.capture = metrics, gater, capture
+    app.state.metrics, app.state.gater, app.state.capture, app.state.reloader = metrics, gater, capture, reloader
     bearer = HTTPBearer(auto_error=False)
 
     def require_key(creds: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:
@@ -217,8 +274,40 @@ def create_app(cfg: Any, gates: Any, upstream: Upstream) -> FastAPI:
         URL, for upstream=local the policy's fingerprint and adapter path), only to a client the keys admit."""
         if keys and (creds is None or not key_matches(creds.credentials, keys)):
             return {"status": "ok"}
+        serving = gater.gates
         return {"status": "ok", "upstream": upstream.base_url,
-                "gates": {g: gates is not None and getattr(gates, g, None) is not None for g in registered()}}
+                "gates": {g: serving is not None and getattr(serving, g, None) is not None for g in registered()}}
+
+    @app.post("/admin/reload")
+    async def admin_reload(request: Request, creds: HTTPAuthorizationCredentials | None = Depends(bearer)) -> dict:
+        """Reload the gates from their checkpoints (body ``{"gates": {"<gate>": "<path>"}}`` points a gate
+        elsewhere, ``{"modes": {"<gate>": "enforce"}}`` takes it out of shadow), admitted by the admin key alone
+        (``auth.admin_env``); off (404) without one."""
+        if not admin_key:
+            raise APIError(404, "POST /admin/reload: off (no admin key: set the variable auth.admin_env names)",
+                           code="unknown_route")
+        if creds is None or not key_matches(creds.credentials, frozenset([admin_key])):
+            raise APIError(401, "the admin key is required", code="invalid_admin_key")
+        raw = await read_body(request, cfg.limits.max_body_bytes)
+        try:
+            body = json.loads(raw) if raw.strip() else {}
+            if not isinstance(body, dict) or set(body) - {"gates", "modes"}:
+                raise ValueError
+            paths, modes = body.get("gates"), body.get("modes")
+            for value in (paths, modes):
+                if value is not None and not (isinstance(value, dict) and all(
+                        isinstance(k, str) and isinstance(v, str) for k, v in value.items())):
+                    raise ValueError
+        except ValueError:
+            raise APIError(400, 'expected {"gates": {"<gate>": "<checkpoint path>"}, "modes": {"<gate>": '
+                                '"enforce|shadow"}} (both optional) or an empty body', code="invalid_request") from None
+        unknown = sorted((set(paths or {}) | set(modes or {})) - set(registered()))
+        if unknown:
+            raise APIError(400, f"unknown gates {unknown}; known: {sorted(registered())}", code="invalid_request")
+        bad = {g: m for g, m in (modes or {}).items() if m not in GATE_MODES}
+        if bad:
+            raise APIError(400, f"modes {bad}: each is one of {GATE_MODES}", code="invalid_request")
+        return await to_thread.run_sync(reloader.reload, paths, modes)
 
     @app.get("/metrics", dependencies=[Depends(require_key)])
     async def prometheus() -> Response:

@@ -104,6 +104,9 @@ class ServeAuth:
     env: Optional[str] = param("TOOLWISE_API_KEYS", "comma-separated bearer keys; with none (and no file) only a "
                                                     "loopback host is served")
     file: Optional[str] = param(None, "one key per line; a line starting with # is a comment")
+    admin_env: Optional[str] = param("TOOLWISE_ADMIN_KEY", "the environment variable holding the admin key that "
+                                                          "POST /admin/reload requires (unset or empty: the route is "
+                                                          "off; SIGHUP reloads either way)")
 
 
 @dataclass

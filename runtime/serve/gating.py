@@ -63,6 +63,7 @@ class GatePolicy:
     concurrency: int = ServeGates.concurrency
     prefill_style: str = ServeGates.prefill_style
     modes: dict = field(default_factory=dict)     # gate -> enforce | shadow (absent: enforce)
+    logprobs_auto: bool = True      # logprobs follows the loaded gates (gates.logprobs unset): a reload may turn it on
 
     def __post_init__(self):
         bad = {g: m for g, m in self.modes.items() if m not in GATE_MODES}
@@ -127,6 +128,17 @@ class Gater:
         if getattr(upstream, "local", False):
             for gate in gates_at("pre_generation"):     # an unknown prefill style fails at start-up, not per request
                 self.prefill_text(gate.name, gate.actions[1])
+
+    def swap(self, gates: Any) -> None:
+        """Serve ``gates`` from the next decision on (a reload): one attribute store, so a request in flight finishes
+        on whichever gates it meets and none is refused; the old gates go when the last request holding them ends.
+        A newly loaded gate that reads log-probs gets them requested (unless ``gates.logprobs`` was set false)."""
+        if getattr(self.upstream, "local", False) and gates is not None:
+            for gate in gates_at("pre_generation"):
+                self.prefill_text(gate.name, gate.actions[1])
+        if gates is not None and not self.policy.logprobs and self.policy.logprobs_auto:
+            self.policy.logprobs = any(gate_named(g).reads_logprobs for m in MOMENTS for g in gates.at(m))
+        self.gates = gates
 
     def prefill_text(self, gate: str, action: str) -> str:
         """The response prefill a pre_generation gate's applied ``action`` gives, in ``gates.prefill_style``."""

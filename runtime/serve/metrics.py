@@ -34,6 +34,8 @@ class Metrics:
                                        "parse (each in toolwise.malformed_calls; the local policy's markup is kept "
                                        "out of the reply)", registry=r)
         self.gate_errors = Counter("toolwise_gate_errors", "Gate calls that raised", ["gate"], registry=r)
+        self.gate_reloads = Counter("toolwise_gate_reloads", "Gate reloads (SIGHUP or POST /admin/reload) by result",
+                                    ["result"], registry=r)
         self.upstream_latency = Histogram("toolwise_upstream_latency_seconds", "Upstream chat completion latency",
                                           buckets=UPSTREAM_BUCKETS, registry=r)
         self.gate_latency = Histogram("toolwise_gate_latency_seconds", "Gate decision latency", ["gate"],

@@ -791,7 +791,7 @@ def test_a_plain_proxy_loads_neither_torch_nor_the_training_code():
     app load without torch, and no command of the endpoint imports the trainers' modules."""
     code = ("import sys\nimport recipes\nfrom runtime.serve.__main__ import build\nfrom runtime.serve import create_app\n"
             "cfg = recipes.compose('serve', ['upstream.base_url=http://127.0.0.1:9/v1'])\n"
-            "gates, upstream = build(cfg)\nassert gates is None\ncreate_app(cfg, gates, upstream)\n"
+            "gates, upstream, _ = build(cfg)\nassert gates is None\ncreate_app(cfg, gates, upstream)\n"
             "print(sorted(m for m in sys.modules if m == 'torch' or m.split('.')[0] == 'trainers'))")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -212,7 +212,7 @@ def test_bad_messages_get_a_400_naming_the_problem(tiny_backend):
 def test_config_builds_a_local_upstream_and_refuses_a_probe_over_http(tiny_model_dir, probes):
     cfg = recipes.compose("serve", ["upstream=local", "model=hf", f"model.name={tiny_model_dir}",
                                     f"gates.probe_prefill={probes['use']}", "gates.strict=false"])
-    gates, upstream = build(cfg)
+    gates, upstream, _ = build(cfg)
     assert isinstance(upstream, LocalUpstream) and gates.probe_prefill is not None
     assert upstream.base_url == f"local:{upstream.backend.fingerprint}"
     with pytest.raises(ValueError, match="needs upstream=local"):

@@ -1,7 +1,8 @@
 """Decision points for a controller recipe: reuse a built dataset, or build it (``data_builders.build``).
 
 The build configuration is the ``build`` config composed by Hydra, with the fit run's ``model``, ``backend``
-and ``tasks`` groups and the recipe's ``points.build`` keys on top. Unless ``points.dir`` names a dataset,
+and ``tasks`` groups and the recipe's ``points.build`` keys on top (``source=capture capture.dir=...``: the points are the captured
+traffic's moments, labelled without gold). Unless ``points.dir`` names a dataset,
 the dataset lives in ``outputs/points/<kind>/<source>-<hash>``, the hash taken over that whole build
 configuration: the same recipe reuses its points (a complete build only loads them back), a changed task
 set, policy or builder setting builds a new dataset instead of tripping over the old one.
@@ -27,15 +28,20 @@ def build_config(cfg: DictConfig) -> DictConfig:
     build = compose("build", [f"kind={kind}"])
     for group in ("model", "backend", "tasks"):   # replaced whole: another source has other keys
         build[group] = cfg[group]
+    build.source, build.capture = cfg.get("source", "tasks"), cfg.capture if "capture" in cfg else build.capture
     build = OmegaConf.merge(build, recipe.points.build)   # typed: a key build.yaml lacks fails here
     if not recipe.points.get("dir"):
         ident = OmegaConf.to_container(build, resolve=True)
         for key in ("out_dir", "overwrite", "checkpoints"):   # where it goes, and paths model.adapter resolved
             ident.pop(key)
+        if build.source == "capture" and build.capture.dir and Path(build.capture.dir).is_dir():
+            # what the capture holds now: traffic captured since the last fit makes a new dataset, not a reused one
+            ident["capture_files"] = {p.name: p.stat().st_size for p in sorted(Path(build.capture.dir).glob("capture-*.jsonl"))}
         # the dtype the states are computed in, not the word: "auto" is bf16 on a GPU and fp32 on a CPU
         ident["model"]["dtype"] = resolve_dtype(ident["model"]["dtype"], ident["model"]["device"])
         digest = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:10]
-        build.out_dir = str(Path(recipe.points.root) / kind / f"{build.tasks.source}-{digest}")
+        source = "capture" if build.source == "capture" else build.tasks.source
+        build.out_dir = str(Path(recipe.points.root) / kind / f"{source}-{digest}")
     else:
         build.out_dir = str(recipe.points.dir)
     return build

@@ -8,6 +8,7 @@ from omegaconf import DictConfig
 
 from data_builders.agent.config import AgentSettings
 from data_builders.agent.prompts import MODES, PROMPT_MODES
+from data_builders.backends.config import ModelConfig
 from data_builders.config import per_gate, PolicyGroups
 from data_builders.config_fields import param, required, tau_values
 from data_builders.metrics.config import HardwareConfig, PTESettings
@@ -110,8 +111,67 @@ class FactorizedConfig(ReportGroups):
 
 
 # what this module adds to Hydra's ConfigStore, (group or None for an entry config, name, schema)
+@dataclass
+class ShadowCapture:
+    dir: Optional[str] = param(None, "the capture directory the endpoint (or the LiteLLM guardrail) wrote (capture.dir)")
+
+
+ShadowLabels = per_gate("ShadowLabels", lambda g: (Optional[str], param(
+    None, f"the gold-free {g.kind} points built from the same capture (python -m data_builders.build source=capture "
+          f"kind={g.kind} capture.dir=... out_dir=...): the {g.name} row's accuracy estimate; null = no estimate")),
+    doc="Per gate, its gold-free decision points from the captured traffic.")
+
+
+@dataclass
+class ShadowConfig:
+    """``python -m trainers.evaluate.shadow``: what enforcing each gate would have done to captured traffic."""
+    capture: ShadowCapture = param(ShadowCapture(), "the captured traffic")
+    labels: ShadowLabels = param(ShadowLabels(), "per gate: gold-free decision points of the capture")  # type: ignore[valid-type]
+    model: ModelConfig = required("the captured policy (its config gives PTE's γ; no weights are loaded)")
+    pte: PTESettings = required("how turns are priced: the pte group")        # type: ignore[valid-type]
+    hardware: HardwareConfig = required("PTE's γ: the hardware group")       # type: ignore[valid-type]
+    logger: Any = required("where the report is logged: the logger group")
+    bootstrap: Bootstrap = param(Bootstrap(), "the accuracy estimate's interval (over conversations)")
+    out_dir: str = param("${hydra:runtime.output_dir}", "the report")
+
+
+@dataclass
+class PromoteTolerance:
+    auroc: float = param(0.0, "refuse a candidate whose AUROC is below the serving gate's by more than this", ge=0)
+    accuracy: float = param(0.01, "refuse a candidate whose estimated accuracy change is below the serving gate's by "
+                                  "more than this", ge=0)
+
+
+@dataclass
+class PromoteReload:
+    endpoint: Optional[str] = param(None, "the endpoint's base URL (http://host:port): POST /admin/reload after install")
+    admin_env: str = param("TOOLWISE_ADMIN_KEY", "the variable holding the endpoint's admin key")
+    enforce: bool = param(False, "with endpoint: the reload also puts the gate in enforce mode (out of shadow)")
+    pid: Optional[int] = param(None, "or: the endpoint's pid, sent SIGHUP after install")
+    timeout_s: float = param(120.0, "the reload request's timeout (loading a gate takes seconds)", gt=0)
+
+
+@dataclass
+class PromoteConfig:
+    """``python -m trainers.evaluate.promote``: install a refit gate only if it is no worse than the serving one on
+    held-out captured traffic (trainers/evaluate/promote.py)."""
+    gate: str = required("the gate (data_builders.gates): toolgate | g_step | probe_prefill")
+    candidate: str = required("the refit controller's checkpoint directory")
+    serving: str = required("the path the endpoint's gates.<gate> names (a symlink or a checkpoint directory)")
+    points: str = required("gold-free decision points of the gate's kind built from the captured traffic")
+    split: str = param("test", "the held-out split they are compared on", choices=SPLITS)
+    strict: bool = param(True, "refuse a controller trained on another policy's features than the points'")
+    tolerance: PromoteTolerance = param(PromoteTolerance(), "how much worse a candidate may be")
+    reload: PromoteReload = param(PromoteReload(), "how the endpoint learns of the new gate")
+    dry_run: bool = param(False, "compare only")
+    bootstrap: Bootstrap = param(Bootstrap(), "intervals over held-out moments")
+    out_dir: str = param("${hydra:runtime.output_dir}", "promote.json")
+
+
 SCHEMAS = [
     (None, "evaluate_schema", EvaluateConfig),
+    (None, "promote_schema", PromoteConfig),
     (None, "factorized_schema", FactorizedConfig),
+    (None, "shadow_schema", ShadowConfig),
 ]
 store(SCHEMAS)

@@ -44,6 +44,8 @@ class SFTDirectRule:
 POLICY_UNUSED = {
     "backend": "TRL trains and generates with the model itself (pte_grpo: recipe.generation.use_vllm for vLLM)",
     "trainer": "that group places Lightning fits; TRL runs in each process accelerate launch starts",
+    "source": "a policy recipe trains on the tasks group (source=capture feeds the controller recipes)",
+    "capture": "a policy recipe trains on the tasks group (source=capture feeds the controller recipes)",
 }
 
 
