@@ -81,3 +81,21 @@ def test_a_missing_capture_dir_is_named(tmp_path, tiny_model_dir):
         build.run(compose(tiny_model_dir, tmp_path / "nowhere", tmp_path / "out", "flip"))
     with pytest.raises(ValueError, match="source=capture needs capture.dir"):
         build.run(recipes.compose("build", ["source=capture", f"out_dir={tmp_path / 'o'}"]))
+
+
+def test_a_fit_from_capture_builds_a_new_dataset_once_the_capture_grows(tmp_path):
+    from trainers.controller.points import build_config
+
+    cap = tmp_path / "cap"
+    cap.mkdir()
+    (cap / "capture-a-00001.jsonl").write_text('{"request_id": "r0"}\n')
+    cfg = recipes.compose("fit", ["recipe=toolgate", "source=capture", f"capture.dir={cap}"])
+    first = build_config(cfg)
+    assert first.source == "capture" and first.capture.dir == str(cap)
+    assert first.out_dir.startswith("outputs/points/flip/capture-")
+    assert build_config(cfg).out_dir == first.out_dir                # the same traffic: the same points
+    with open(cap / "capture-a-00001.jsonl", "a") as f:
+        f.write('{"request_id": "r1"}\n')
+    assert build_config(cfg).out_dir != first.out_dir                # more traffic: a new dataset
+    with pytest.raises(Exception, match="source"):                   # a policy recipe trains on tasks
+        recipes.compose("fit", ["recipe=tool_sft", "source=capture"])
