@@ -1,7 +1,7 @@
 """Load test of the gated endpoint (``python -m runtime.serve``), loopback only.
 
     python benchmarks/serve_load.py [--requests 500] [--concurrency 16] [--upstream-delay-ms 20] \
-        [--gates forced|reference]
+        [--gates forced|reference] [--capture | --reload-every S]
 
 Processes on 127.0.0.1: a scripted OpenAI-compatible upstream (``serve/testing.py``; it answers after
 ``--upstream-delay-ms``, standing in for generation), the server under test in front of it, and this client, which
@@ -43,7 +43,11 @@ import uvicorn
 
 import recipes
 from runtime.serve import Upstream, create_app
+from data_builders.gates import gates_at
 from runtime.serve.testing import ForcedGates, ScriptedUpstream, free_port
+
+#: the gates this load exercises: the registry's first at a proposed call and at an answer
+TOOLGATE, GSTEP = (gates_at(moment)[0].name for moment in ("pre_call", "on_answer"))
 
 TOOLS = [{"type": "function", "function": {"name": "calculator", "description": "arithmetic",
                                            "parameters": {"type": "object", "properties": {"x": {"type": "integer"}}}}}]
@@ -57,21 +61,28 @@ def run_upstream(port: int, delay_s: float) -> None:
     uvicorn.run(ScriptedUpstream(delay_s=delay_s).app, host="127.0.0.1", port=port, log_level="error")
 
 
-def run_endpoint(port: int, upstream_port: int, gates: str, capture_dir: str | None = None) -> None:
-    cfg = recipes.compose("serve", [f"upstream.base_url=http://127.0.0.1:{upstream_port}/v1", f"port={port}",
-                                    "upstream.models=[scripted]", "gates.logprobs=true",
-                                    *([f"capture.dir={capture_dir}"] if capture_dir else [])])
+def gate_loader(gates: str):
+    """What the endpoint serves for ``--gates`` (and loads again on each reload)."""
     if gates == "none":
-        loaded = None
-    elif gates == "reference":
+        return lambda paths=None: None
+    if gates == "reference":
         ref = recipes.compose("rollout").checkpoints
         # why here: the runtime API loads torch, the controllers and MiniLM; the forced run needs none of it
         from runtime.api import Gates
 
-        loaded = Gates.load(toolgate=ref.toolgate, g_step=ref.g_step).warmup()
-    else:
-        loaded = ForcedGates()
-    app = create_app(cfg, loaded, Upstream.from_config(cfg.upstream))
+        return lambda paths=None: Gates.load({g: ref[g] for g in (TOOLGATE, GSTEP)}).warmup()
+    return lambda paths=None: ForcedGates()
+
+
+def run_endpoint(port: int, upstream_port: int, gates: str, capture_dir: str | None = None,
+                 admin_key: str | None = None) -> None:
+    if admin_key:
+        os.environ["TOOLWISE_ADMIN_KEY"] = admin_key
+    cfg = recipes.compose("serve", [f"upstream.base_url=http://127.0.0.1:{upstream_port}/v1", f"port={port}",
+                                    "upstream.models=[scripted]", "gates.logprobs=true",
+                                    *([f"capture.dir={capture_dir}"] if capture_dir else [])])
+    load = gate_loader(gates)
+    app = create_app(cfg, load(), Upstream.from_config(cfg.upstream), reload_gates=load)
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="error")
 
 
@@ -152,10 +163,10 @@ def report(server: str, args, results: list[dict], errors: int, lost: int, elaps
         return line
     added = np.array([r["wall_ms"] - r["upstream_ms"] for r in results]) if results else np.array([np.nan])
     gate_ms = {g: [d["latency_ms"] for r in results for d in r["decisions"] if d["gate"] == g]
-               for g in ("toolgate", "g_step")}
+               for g in (TOOLGATE, GSTEP)}
     med = {g: statistics.median(v) if v else float("nan") for g, v in gate_ms.items()}
     return (line + f" p50_added_ms={np.percentile(added, 50):.2f} p99_added_ms={np.percentile(added, 99):.2f} "
-            f"toolgate_ms={med['toolgate']:.3f} g_step_ms={med['g_step']:.3f} upstream_ms={upstream_ms:.2f}")
+            f"{TOOLGATE}_ms={med[TOOLGATE]:.3f} {GSTEP}_ms={med[GSTEP]:.3f} upstream_ms={upstream_ms:.2f}")
 
 
 def serve_and_measure(args, up_port: int, gates: str, capture_dir: str | None = None) -> tuple:
@@ -202,6 +213,42 @@ def compare_capture(args) -> None:
           f"rps off={rps['off']:.1f} on={rps['on']:.1f} ({100 * (rps['on'] / rps['off'] - 1):+.1f} %)")
 
 
+def under_reloads(args) -> None:
+    """``--reload-every S``: the endpoint with ``--gates`` under the load, its gates reloaded (``POST
+    /admin/reload``: loaded again from their checkpoints and swapped in) every S seconds while it runs."""
+    import threading
+
+    up_port, port, key = free_port(), free_port(), secrets.token_hex(8)
+    ctx = mp.get_context("spawn")
+    upstream = ctx.Process(target=run_upstream, args=(up_port, args.upstream_delay_ms / 1000), daemon=True)
+    upstream.start()
+    endpoint = ctx.Process(target=run_endpoint, args=(port, up_port, args.gates, None, key), daemon=True)
+    reloads: list[int] = []
+    try:
+        asyncio.run(wait_up(f"http://127.0.0.1:{up_port}/v1/models"))
+        endpoint.start()
+        base = f"http://127.0.0.1:{port}"
+        asyncio.run(wait_up(f"{base}/health"))
+        stop = threading.Event()
+
+        def reloader() -> None:
+            while not stop.wait(args.reload_every):
+                r = httpx.post(f"{base}/admin/reload", headers={"Authorization": f"Bearer {key}"}, timeout=120)
+                reloads.append(r.status_code)
+
+        thread = threading.Thread(target=reloader, daemon=True)
+        thread.start()
+        results, errors, lost, elapsed = measure(base, args)
+        stop.set()
+        thread.join(timeout=120)
+    finally:
+        endpoint.terminate()
+        upstream.terminate()
+    upstream_ms = statistics.median([r["upstream_ms"] for r in results]) if results else float("nan")
+    print(report(f"toolwise gates={args.gates} reloading", args, results, errors, lost, elapsed, upstream_ms)
+          + f" reloads={len(reloads)} reloads_ok={sum(c == 200 for c in reloads)}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--requests", type=int, default=500)
@@ -212,9 +259,14 @@ def main() -> None:
                     help="instead of the three servers: the endpoint with --gates, traffic capture off and on "
                          "(capture.dir), alternating, --rounds times each")
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--reload-every", type=float, default=None, metavar="S",
+                    help="instead of the three servers: the endpoint with --gates, its gates reloaded every S seconds "
+                         "under the load (POST /admin/reload)")
     args = ap.parse_args()
     if args.capture:
         return compare_capture(args)
+    if args.reload_every:
+        return under_reloads(args)
 
     up_port = free_port()
     ctx = mp.get_context("spawn")

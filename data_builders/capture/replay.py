@@ -20,13 +20,13 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
+from ..agent import prompts as P
 from ..agent.openai_messages import (answer_episode, call_episode, check_tools, episode_from_openai,
                                      first_prompt_messages)
 from ..features.gstep import GSTEP_FEATURES, gstep_features
 from ..features.probe import probe_features
 from ..features.toolgate import embed_texts, structural_names, toolgate_state
 from ..points import free_labels as free
-from ..agent import prompts as P
 
 log = logging.getLogger(__name__)
 

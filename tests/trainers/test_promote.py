@@ -19,17 +19,18 @@ GATE = gates_at("pre_call")[0]          # the ToolGate: it skips a call below τ
 POLICY = "scripted@0"
 
 
-def dataset(root, source="capture", n=60, seed=0):
-    """Held-out moments whose first feature carries the label (label 1: the call was needed)."""
+def dataset(root, source="capture", n=60, seed=0, splits=("test",)):
+    """Moments whose first feature carries the label (label 1: the call was needed), dealt to ``splits`` in turn."""
     rng = np.random.default_rng(seed)
     labels = (np.arange(n) % 3 == 0).astype(int)
     x = rng.normal(size=(n, GATE.featurizer.controller_input({"embedding": torch.zeros(1, 384),
                                                                  "structural": torch.zeros(1, 15)}).shape[1]))
-    x[:, 0] = np.where(labels == 1, 5.0, -5.0) + 0.1 * x[:, 0]
+    x[:, :20] = np.where(labels == 1, 5.0, -5.0)[:, None] + 0.1 * x[:, :20]     # 20 columns: a fit finds it
     manifest = {"kind": GATE.kind, "task_hash": "x", "n_tasks": n, "n_shards": 1, "task_source": {"source": source},
                 "backend": POLICY, "featurizer": GATE.featurizer.id, "label_rule": "gold-free", "shard_size": n,
                 "builder": {}}
-    rows = [{"point_id": f"r{i}:c", "task_id": f"r{i}", "split": "test", "env": "capture", "category": "capture",
+    rows = [{"point_id": f"r{i}:c", "task_id": f"r{i}", "split": splits[i % len(splits)], "env": "capture",
+             "category": "capture",
              "difficulty": "", "multi_step": False, "label": int(labels[i])} for i in range(n)]
     tensors = {"embedding": torch.tensor(x[:, :384], dtype=torch.float32),
                "structural": torch.tensor(x[:, 384:], dtype=torch.float32)}
@@ -98,3 +99,19 @@ def test_other_policies_and_task_points_are_refused(tmp_path):
     dataset(tmp_path / "task_points", source="builtin")
     with pytest.raises(ValueError, match="not built from captured traffic"):
         promote.run(cfg(tmp_path, serving, serving, tmp_path / "task_points"))
+
+
+def test_a_refit_on_captured_points_is_promoted_over_a_worse_serving_gate(tmp_path, capsys):
+    """The refit step as ``trainers.fit recipe=toolgate`` runs it on a capture build's points, then promote."""
+    from trainers.controller.fit import fit
+    from trainers.recipe import RunInfo
+
+    x = dataset(tmp_path / "points", n=120, splits=("train", "train", "val", "test"))
+    cfg_fit = recipes.compose("fit", [f"recipe={GATE.name}", f"recipe.points.dir={tmp_path / 'points'}", "logger=none",
+                                      f"recipe.export_dir={tmp_path / 'refit'}"])
+    fitted = fit(cfg_fit.recipe, cfg_fit, RunInfo(dir=tmp_path / "run", command="test"))
+    assert fitted.metrics["splits"]["test"]["all"]["auroc"] > 0.95
+    serving = tmp_path / "serving"
+    serving.symlink_to(controller(tmp_path / "bad", x, -4.0), target_is_directory=True)
+    result = promote.run(cfg(tmp_path, fitted.export_dir, serving, tmp_path / "points"))
+    assert result["accepted"] and serving.resolve() == fitted.export_dir.resolve()

@@ -1,9 +1,9 @@
 """Decision points for a controller recipe: reuse a built dataset, or build it (``data_builders.build``).
 
 The build configuration is the ``build`` config composed by Hydra, with the fit run's ``model``, ``backend``
-and ``tasks`` groups and the recipe's ``points.build`` keys on top (``source=capture capture.dir=...``: the points are the captured
-traffic's moments, labelled without gold). Unless ``points.dir`` names a dataset,
-the dataset lives in ``outputs/points/<kind>/<source>-<hash>``, the hash taken over that whole build
+and ``tasks`` groups, its ``source`` and ``capture`` (``source=capture capture.dir=...``: the points are the
+captured traffic's moments, labelled without gold) and the recipe's ``points.build`` keys on top. Unless
+``points.dir`` names a dataset, the dataset lives in ``outputs/points/<kind>/<source>-<hash>``, the hash taken over that whole build
 configuration: the same recipe reuses its points (a complete build only loads them back), a changed task
 set, policy or builder setting builds a new dataset instead of tripping over the old one.
 """
@@ -36,7 +36,8 @@ def build_config(cfg: DictConfig) -> DictConfig:
             ident.pop(key)
         if build.source == "capture" and build.capture.dir and Path(build.capture.dir).is_dir():
             # what the capture holds now: traffic captured since the last fit makes a new dataset, not a reused one
-            ident["capture_files"] = {p.name: p.stat().st_size for p in sorted(Path(build.capture.dir).glob("capture-*.jsonl"))}
+            ident["capture_files"] = {p.name: p.stat().st_size
+                                      for p in sorted(Path(build.capture.dir).glob("capture-*.jsonl"))}
         # the dtype the states are computed in, not the word: "auto" is bf16 on a GPU and fp32 on a CPU
         ident["model"]["dtype"] = resolve_dtype(ident["model"]["dtype"], ident["model"]["device"])
         digest = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:10]

@@ -168,10 +168,11 @@ def gate_report(gate, records: list[dict], convs: dict[int, Conversation], root_
     return out
 
 
-def label_map(path: str | None) -> dict[str, int] | None:
+def label_map(path: str | None, kind: str) -> dict[str, int] | None:
+    """Moment id -> gold-free label of a capture build of ``kind`` (None: no labels given)."""
     if not path:
         return None
-    points = load_points(path)
+    points = load_points(path, kind=kind)
     if (points.manifest.get("task_source") or {}).get("source") != "capture":
         raise ValueError(f"labels: {path} was not built from captured traffic (python -m data_builders.build "
                          f"source=capture ...): its point ids are not the capture's moments")
@@ -206,8 +207,8 @@ def report(cfg: DictConfig) -> dict:
     for gate in gates().values():
         if not any(d.get("gate") == gate.name for r in records for d in r.get("decisions") or []):
             continue
-        per_gate[gate.name] = gate_report(gate, records, convs, root_of, gamma, label_map(cfg.labels.get(gate.name)),
-                                          spec)
+        labels = label_map(cfg.labels.get(gate.name), gate.kind)
+        per_gate[gate.name] = gate_report(gate, records, convs, root_of, gamma, labels, spec)
     if not per_gate:
         raise ValueError(f"capture.dir={cfg.capture.dir}: no gate decision in {len(records)} records (was a gate "
                          f"loaded, in shadow or enforce mode?)")
