@@ -160,6 +160,7 @@ def main() -> None:
         start = time.perf_counter()
         shadow = asyncio.run(agent_pass(ep, train + test, args.concurrency))
         summary["shadow_pass_s"] = round(time.perf_counter() - start, 1)
+        (work / "shadow_pass.json").write_text(json.dumps(shadow, indent=2))
         print(f"shadow pass: {len(shadow)} episodes in {summary['shadow_pass_s']} s, accuracy "
               f"{sum(r['correct'] for r in shadow) / len(shadow):.3f}, calls {sum(r['calls'] for r in shadow)}")
         fits = {}

@@ -201,3 +201,20 @@ class serve_in_thread:
     def __exit__(self, *exc) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=10)
+
+
+def wait_healthy(process, url: str, timeout_s: float = 120) -> None:
+    """Wait until a ``python -m runtime.serve`` ``process`` (a ``subprocess.Popen``) answers ``url``/health; fail
+    with its output if it exits or does not answer within ``timeout_s``."""
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if process.poll() is not None or time.monotonic() > deadline:
+            out = process.stdout.read() if process.stdout is not None else ""
+            raise RuntimeError(f"the server at {url} did not come up: {out[-3000:]}")
+        try:
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            time.sleep(0.2)

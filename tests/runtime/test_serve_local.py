@@ -35,7 +35,7 @@ from data_builders.agent.openai_messages import call_format_of, to_openai  # noq
 from runtime.serve import create_app  # noqa: E402
 from runtime.serve.__main__ import build  # noqa: E402
 from runtime.serve.local import LocalUpstream  # noqa: E402
-from runtime.serve.testing import ForcedGates, free_port, serve_in_thread  # noqa: E402
+from runtime.serve.testing import ForcedGates, free_port, serve_in_thread, wait_healthy  # noqa: E402
 
 MAX_TOKENS = 12
 REPO = recipes.CONFIG_DIR.rsplit("/", 1)[0]
@@ -508,14 +508,7 @@ def test_sigterm_stops_the_server_promptly_during_a_long_generation(tiny_model_d
     answers: list[httpx.Response] = []
     try:
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 120
-        while True:
-            assert server.poll() is None and time.monotonic() < deadline, server.stdout.read()
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.2)
+        wait_healthy(server, url)
 
         def ask(stream: bool) -> None:
             answers.append(httpx.post(f"{url}/v1/chat/completions", timeout=90, json={

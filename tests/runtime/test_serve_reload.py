@@ -19,7 +19,8 @@ openai = pytest.importorskip("openai")
 
 import recipes  # noqa: E402
 from runtime.serve import Upstream, create_app  # noqa: E402
-from runtime.serve.testing import ForcedGates, ScriptedUpstream, free_port, serve_in_thread  # noqa: E402
+from runtime.serve.testing import (ForcedGates, ScriptedUpstream, free_port, serve_in_thread,  # noqa: E402
+                                   wait_healthy)
 
 REPO = recipes.CONFIG_DIR.rsplit("/", 1)[0]
 TOOLS = [{"type": "function", "function": {"name": "calculator", "description": "arithmetic",
@@ -164,14 +165,7 @@ def test_sighup_reloads_a_real_server_from_its_checkpoint(tmp_path):
                                   cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         try:
             url = f"http://127.0.0.1:{port}"
-            deadline = time.monotonic() + 120
-            while True:
-                assert server.poll() is None and time.monotonic() < deadline, server.stdout.read()
-                try:
-                    if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    time.sleep(0.2)
+            wait_healthy(server, url)
             before = httpx.post(f"{url}/v1/chat/completions", json=ASK, timeout=30).json()
             config = json.loads((serving / "config.json").read_text())
             config["tau"] = 0.0          # the promoted gate: executes every call

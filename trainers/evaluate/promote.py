@@ -34,6 +34,7 @@ from omegaconf import DictConfig
 import controllers
 from data_builders.gates import gate_named
 from data_builders.points.store import load_points
+import trainers.evaluate.config  # noqa: F401 - its schemas (and the logger's), stored before Hydra composes
 from recipes import CONFIG_DIR
 from runtime.controller_hooks import checked
 from trainers.evaluate.report import markdown_table, with_interval

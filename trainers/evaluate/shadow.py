@@ -39,6 +39,7 @@ from data_builders.capture.records import conversations, read_capture
 from data_builders.gates import gates
 from data_builders.metrics.pte import PTEConfig, pte
 from data_builders.points.store import load_points
+import trainers.evaluate.config  # noqa: F401 - its schemas (and the logger's), stored before Hydra composes
 from recipes import CONFIG_DIR
 from trainers.evaluate.report import figure, markdown_table, with_interval
 from trainers.intervals import BootstrapSpec, mean_interval
