@@ -115,3 +115,16 @@ def test_a_refit_on_captured_points_is_promoted_over_a_worse_serving_gate(tmp_pa
     serving.symlink_to(controller(tmp_path / "bad", x, -4.0), target_is_directory=True)
     result = promote.run(cfg(tmp_path, fitted.export_dir, serving, tmp_path / "points"))
     assert result["accepted"] and serving.resolve() == fitted.export_dir.resolve()
+
+
+def test_the_command_line_refuses_with_exit_status_1(tmp_path):
+    import subprocess
+    import sys
+
+    x = dataset(tmp_path / "points")
+    good, bad = controller(tmp_path / "good", x, 4.0), controller(tmp_path / "bad", x, -4.0)
+    proc = subprocess.run([sys.executable, "-m", "trainers.evaluate.promote", f"gate={GATE.name}", f"candidate={bad}",
+                           f"serving={good}", f"points={tmp_path / 'points'}", f"out_dir={tmp_path / 'o'}",
+                           f"hydra.run.dir={tmp_path / 'h'}"], cwd=recipes.CONFIG_DIR.rsplit("/", 1)[0],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1 and "refused: AUROC" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:]

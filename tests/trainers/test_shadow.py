@@ -103,3 +103,18 @@ def test_the_command_writes_the_report_and_refuses_a_capture_without_decisions(t
     with pytest.raises(ValueError, match="no gate decision in 1 records"):
         shadow.report(recipes.compose("shadow", [f"capture.dir={tmp_path / 'none'}", f"pte.gamma={GAMMA}",
                                                  "logger=none", f"out_dir={tmp_path / 'r2'}"]))
+
+
+def test_the_command_line_runs(tmp_path):
+    """``python -m trainers.evaluate.shadow``, as a user types it (its schemas load with the module)."""
+    import subprocess
+    import sys
+
+    (tmp_path / "cap").mkdir()
+    traffic(tmp_path / "cap")
+    proc = subprocess.run([sys.executable, "-m", "trainers.evaluate.shadow", f"capture.dir={tmp_path / 'cap'}",
+                           f"pte.gamma={GAMMA}", "logger=none", f"out_dir={tmp_path / 'r'}",
+                           f"hydra.run.dir={tmp_path / 'h'}"], cwd=recipes.CONFIG_DIR.rsplit("/", 1)[0],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"gate={TOOLGATE.name} decisions=3 acting=1 calls_skipped=1" in proc.stdout
