@@ -118,3 +118,39 @@ def test_recorded_toolgate_features_equal_a_run_time_gate_call():
                                                 call_format="xml"), Gate()).run(tasks)
     assert seen[0][0] == rows[0]["summary"]
     assert seen[0][1].tolist() == pytest.approx(t["structural"][0].tolist())
+
+
+FREE = OmegaConf.merge(CFG, {"free_labels": True})
+
+
+def test_flip_gold_free_labels_take_the_final_answer_as_right():
+    tasks = [calc_task(1, "20+20", "40"), calc_task(2, "3*3", "9"), calc_task(3, "5+5", "10"), calc_task(4, "7*7", "49")]
+    scripts = {"20+20": [CALL % "20+20", "\\boxed{40}"], "3*3": [CALL % "3*3", "\\boxed{9}"],
+               "5+5": [CALL % "5+5", "\\boxed{11}"], "7*7": [CALL % "7*7", "\\boxed{50}"]}
+    forced = {"20+20": ("41", "40"), "3*3": ("9", "9"), "5+5": ("10", "11"), "7*7": ("48", "49")}
+    rows, _ = label_flip(ForcingBackend(scripts, forced), tasks, ["train"] * 4, FREE)
+    by = {r["task_id"]: r for r in rows}
+    # 1: skipped 41 != final 40, after the result 40 = final: needed (gold agrees); 2: skipping changes nothing;
+    # 3: the harmful call led to the (wrong) final 11, which the rule takes as right: needed (gold: not);
+    # 4: even after the result the forced answer (49) is not the final 50: not needed
+    assert [by[i]["free_label"] for i in "1234"] == [1, 0, 1, 0]
+    assert [by[i]["label"] for i in "1234"] == [1, 0, 0, 0]
+    assert "free_label" not in label_flip(ForcingBackend(scripts, forced), tasks[:1], ["train"], CFG)[0][0]
+
+
+def test_commit_and_probe_gold_free_labels():
+    tasks = [calc_task(1, "6*7", "42"), calc_task(2, "8*8", "64")]
+    scripts = {"6*7": ["\\boxed{41}", CALL % "6*7", "\\boxed{42}"], "8*8": ["\\boxed{64}", "\\boxed{64}"]}
+    # the forced answer after the verification prompt: 6*7 revises 41 to 42 (continue), 8*8 restates 64 (commit)
+    rows, _ = label_commit(ForcingBackend(scripts, {"6*7": ("42", "42"), "8*8": ("64", "64")}), tasks, ["test"] * 2,
+                           FREE)
+    assert [(r["label"], r["free_label"]) for r in rows] == [(1, 1), (0, 0)]
+
+    tasks = [calc_task(1, "2+2", "4"), calc_task(2, "17*23", "391"), calc_task(3, "5*5", "25")]
+    scripts = {"2+2": ["\\boxed{4}"], "17*23": ["\\boxed{400}"], "5*5": [CALL % "5*5", "\\boxed{25}"]}
+    forced = {"2+2": ("4", "4"), "17*23": ("400", "400"), "5*5": ("24", "24")}
+    rows, _ = label_probe(ForcingBackend(scripts, forced), tasks, ["train"] * 3, FREE)
+    # 2+2: unaided = final; 17*23: the tool-using episode gives the same wrong 400, so unaided "agrees" (gold: needed);
+    # 5*5: unaided 24 against the tool-using 25: needed
+    assert [r["free_label"] for r in rows] == [0, 0, 1]
+    assert [r["label"] for r in rows][:2] == [0, 1]
