@@ -81,7 +81,11 @@ def test_gstep_row_and_unlabelled_moments(tmp_path):
     added = (160 + 20 + shadow.VERIFY_PROMPT_TOKENS, 20)
     assert g["tokens_saved"] == -sum(added)
     assert g["pte_saved"] == pytest.approx(-pte([added]))
-    assert g["acc_unlabelled"] == 1 and g["acc_conversations"] == 1 and g["acc_change"] == 0.0
+    assert g["acc_unlabelled"] == 1 and g["acc_conversations"] == 1
+    # a continue changes an answer for better or worse: counted as changed, never as an accuracy change
+    assert g["acc_change"] is None and g["answers_changed"] == 0.0
+    g = gate_report(tmp_path, GSTEP, {"r2": 1, "r4": 0})
+    assert g["answers_changed"] == 0.5 and g["acc_change"] is None
     # no labels at all: no estimate
     assert "acc_change" not in gate_report(tmp_path, GSTEP, None)
 

@@ -7,12 +7,13 @@ candidate's fit never saw) of decision points built from captured traffic and la
 (``python -m data_builders.build source=capture``, or the points a ``trainers.fit source=capture`` built). Compared,
 with 95 % bootstrap intervals over points: AUROC against the gold-free labels; the share of moments where the gate
 acts (a call skipped, a verification round added, a conversation steered without tools); and the estimated accuracy
-change — acting on a moment whose label says its answer would change counts -1 (the agent's own answers taken as
-right, as in the shadow report, ``trainers/evaluate/shadow.py``), with the paired interval of the difference.
+change — skipping what a moment's label says the answer rested on counts -1 (the agent's own answers taken as
+right, as in the shadow report, ``trainers/evaluate/shadow.py``), with the paired interval of the difference; for
+G-STEP the share of answers a continue changes, which has no sign without gold.
 
 The candidate is refused (exit status 1, nothing changed) when its AUROC is below the serving gate's by more than
-``tolerance.auroc`` or its estimated accuracy change is below by more than ``tolerance.accuracy``, or when either was
-trained on another policy's features than the points'. Accepted, it is installed at ``serving``: a symlink there (or
+``tolerance.auroc`` or (ToolGate, Probe&Prefill) its estimated accuracy change is below by more than
+``tolerance.accuracy``, or when either was trained on another policy's features than the points'. Accepted, it is installed at ``serving``: a symlink there (or
 no file yet) is repointed at the candidate in one atomic rename; a directory is moved aside to
 ``<serving>.previous-<time>`` and a copy of the candidate takes its place. Then the endpoint reloads: ``POST
 <reload.endpoint>/admin/reload`` with the admin key (the variable ``reload.admin_env`` names; ``reload.enforce=true``
@@ -38,7 +39,7 @@ import trainers.evaluate.config  # noqa: F401 - its schemas (and the logger's), 
 from recipes import CONFIG_DIR
 from runtime.controller_hooks import checked
 from trainers.evaluate.report import markdown_table, with_interval
-from trainers.evaluate.shadow import ACTING
+from trainers.evaluate.shadow import ACTING, ON_POSITIVE
 from trainers.intervals import BootstrapSpec, auroc_interval, mean_interval, paired_difference_interval
 
 
@@ -53,13 +54,17 @@ def score(name: str, controller, x, labels: np.ndarray, gate, spec: BootstrapSpe
     from sklearn.metrics import roc_auc_score   # why here: sklearn loads in ~1 s
 
     probs, acts = decisions(controller, x, gate)
-    loss = -(acts & (labels == 1)).astype(float)
+    hit = (acts & (labels == 1)).astype(float)     # acting where the label says the answer rests on it
     two = len(set(labels.tolist())) == 2
     ci = auroc_interval(probs, labels, spec) if two else None
-    act_ci, acc_ci = mean_interval(acts.astype(float), spec), mean_interval(loss, spec)
-    return {"name": name, "tau": float(controller.tau), "auroc": float(roc_auc_score(labels, probs)) if two else None,
-            "auroc_ci": list(ci) if ci else None, "acting": float(acts.mean()), "acting_ci": list(act_ci) if act_ci else None,
-            "acc_change": float(loss.mean()), "acc_change_ci": list(acc_ci) if acc_ci else None, "_loss": loss}
+    act_ci, hit_ci = mean_interval(acts.astype(float), spec), mean_interval(hit, spec)
+    out = {"name": name, "tau": float(controller.tau), "auroc": float(roc_auc_score(labels, probs)) if two else None,
+           "auroc_ci": list(ci) if ci else None, "acting": float(acts.mean()),
+           "acting_ci": list(act_ci) if act_ci else None, "_hit": hit}
+    if ON_POSITIVE[gate.moment] == "lost":
+        return out | {"acc_change": -float(hit.mean()), "acc_change_ci": [-hit_ci[1], -hit_ci[0]] if hit_ci else None}
+    return out | {"acc_change": None, "acc_change_ci": None, "answers_changed": float(hit.mean()),
+                  "answers_changed_ci": list(hit_ci) if hit_ci else None}
 
 
 def compare(cfg: DictConfig) -> dict:
@@ -79,14 +84,17 @@ def compare(cfg: DictConfig) -> dict:
     for name, path in (("serving", cfg.serving), ("candidate", cfg.candidate)):
         controller = checked(controllers.load(path), gate.name, policy, strict=cfg.strict)
         rows[name] = score(name, controller, x, labels, gate, spec)
-    diff = paired_difference_interval(rows["candidate"].pop("_loss"), rows["serving"].pop("_loss"), spec)
-    delta = rows["candidate"]["acc_change"] - rows["serving"]["acc_change"]
+    hits = rows["candidate"].pop("_hit"), rows["serving"].pop("_hit")
     reasons = []
     a_c, a_s = rows["candidate"]["auroc"], rows["serving"]["auroc"]
     if a_c is not None and a_s is not None and a_c < a_s - cfg.tolerance.auroc:
         reasons.append(f"AUROC {a_c:.3f} < serving {a_s:.3f} - {cfg.tolerance.auroc}")
-    if delta < -cfg.tolerance.accuracy:
-        reasons.append(f"estimated accuracy change {delta:+.3f} against serving (< -{cfg.tolerance.accuracy})")
+    delta, diff = None, None
+    if ON_POSITIVE[gate.moment] == "lost":      # an answer change with a sign: the accuracy tolerance applies
+        diff = paired_difference_interval(-hits[0], -hits[1], spec)
+        delta = rows["candidate"]["acc_change"] - rows["serving"]["acc_change"]
+        if delta < -cfg.tolerance.accuracy:
+            reasons.append(f"estimated accuracy change {delta:+.3f} against serving (< -{cfg.tolerance.accuracy})")
     return {"gate": gate.name, "points": str(Path(cfg.points).resolve()), "split": cfg.split, "n": len(held),
             "positives": int(labels.sum()), "serving": rows["serving"], "candidate": rows["candidate"],
             "acc_change_delta": delta, "acc_change_delta_ci": list(diff) if diff else None,
@@ -131,12 +139,15 @@ def reload(cfg: DictConfig) -> str:
 
 
 def table(result: dict) -> str:
+    moment = gate_named(result["gate"]).moment
+    signed = ON_POSITIVE[moment] == "lost"
     rows = [[r["name"], f"{r['tau']:.3f}", with_interval(r["auroc"], r["auroc_ci"], "{:.3f}"),
              with_interval(r["acting"], r["acting_ci"], "{:.1%}"),
-             with_interval(r["acc_change"], r["acc_change_ci"], "{:+.3f}")]
+             with_interval(r["acc_change"], r["acc_change_ci"], "{:+.3f}") if signed else
+             with_interval(r["answers_changed"], r["answers_changed_ci"], "{:.1%}")]
             for r in (result["serving"], result["candidate"])]
-    return markdown_table(["gate", "τ", "AUROC (gold-free labels)", f"acts ({ACTING[gate_named(result['gate']).moment]})",
-                           "est. accuracy change"], rows)
+    return markdown_table(["gate", "τ", "AUROC (gold-free labels)", f"acts ({ACTING[moment]})",
+                           "est. accuracy change" if signed else "answers changed (no sign without gold)"], rows)
 
 
 def run(cfg: DictConfig) -> dict:
@@ -144,8 +155,9 @@ def run(cfg: DictConfig) -> dict:
     print(f"{result['gate']}: {result['n']} held-out moments ({result['split']} split of {result['points']}), "
           f"{result['positives']} labelled 1")
     print(table(result))
-    print(f"candidate - serving, est. accuracy change: "
-          f"{with_interval(result['acc_change_delta'], result['acc_change_delta_ci'], '{:+.3f}')}")
+    if result["acc_change_delta"] is not None:
+        print(f"candidate - serving, est. accuracy change: "
+              f"{with_interval(result['acc_change_delta'], result['acc_change_delta_ci'], '{:+.3f}')}")
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "promote.json").write_text(json.dumps(result, indent=2))

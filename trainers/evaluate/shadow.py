@@ -12,11 +12,13 @@ Per gate, from the decisions the capture recorded (each gate's own, at its momen
   (data_builders/metrics/pte.py) at the policy's γ (``model`` and ``hardware`` groups, or ``pte.gamma``);
 * **estimated accuracy change** with a bootstrap interval over conversations, where the gate's gold-free decision
   points built from the same capture are given (``labels.<gate>=<python -m data_builders.build source=capture
-  kind=<kind> out_dir>``): a conversation changes when an acting decision falls on a moment whose gold-free label says
-  its answer would change (a skipped call the answer needed, a continued answer that verification changes, a
-  steered conversation whose unaided answer differs). The estimate takes the agent's own final answers as right:
-  it is the accuracy change if they are, and it cannot see a change that fixes a wrong answer. Conversations with
-  an acting decision on a moment the labels do not cover (not labelled, or not replayed) are left out and counted.
+  kind=<kind> out_dir>``): a conversation loses its answer when an acting decision falls on a moment whose gold-free
+  label says the answer rested on what was skipped (a skipped call the answer needed, a steered conversation whose
+  unaided answer differs) — the agent's own final answers taken as right, so it is the accuracy change if they are.
+  For G-STEP the report gives the share of **answers changed** instead (a continue on an answer the verification
+  prompt changes), without a sign: whether the verified answer is better no gold-free label can say (:data:`ON_POSITIVE`).
+  Conversations with an acting decision on a moment the labels do not cover (not labelled, or not replayed) are left
+  out and counted.
 
 Writes ``shadow_report.json``, ``shadow_report.md`` and ``shadow_report.png`` to ``out_dir`` and logs them to W&B
 (``logger`` group); ends with one line per gate ``gate=… decisions=… acting=… calls_skipped=… tokens_saved=…
@@ -48,6 +50,11 @@ from trainers.tracking import log_report
 #: the action that changes what the turn does, per moment (the one the report counts as the gate acting): a
 #: skipped call, an added verification round, a prefill steering away from tools
 ACTING = {"pre_call": "skip", "on_answer": "continue", "pre_generation": "skip"}
+#: what acting on a moment whose gold-free label is 1 does to the conversation's answer: at a call or a first turn
+#: the answer the agent gave is lost (the label says it rested on the call: -1, taking it as right); at an answer
+#: the verification round changes it, for better or worse, which no gold-free label can tell: counted as changed,
+#: with no sign
+ON_POSITIVE = {"pre_call": "lost", "pre_generation": "lost", "on_answer": "changed"}
 #: tokens the loop's verification prompt adds to a context (data_builders/agent/prompts.py: VERIFY_PROMPT, ~40
 #: words), for the estimate of an added round
 VERIFY_PROMPT_TOKENS = 48
@@ -162,10 +169,15 @@ def gate_report(gate, records: list[dict], convs: dict[int, Conversation], root_
             if any(m not in labels for m in ids):
                 unlabelled += 1
                 continue
-            values.append(-1.0 if any(labels[m] == 1 for m in ids) else 0.0)
+            values.append(1.0 if any(labels[m] == 1 for m in ids) else 0.0)
         ci = mean_interval(values, spec) if values else None
-        out.update(acc_change=float(np.mean(values)) if values else None, acc_change_ci=list(ci) if ci else None,
-                   acc_conversations=len(values), acc_unlabelled=unlabelled)
+        share = float(np.mean(values)) if values else None
+        if ON_POSITIVE[moment] == "lost":
+            out.update(acc_change=None if share is None else -share, acc_change_ci=[-ci[1], -ci[0]] if ci else None)
+        else:
+            out.update(acc_change=None, acc_change_ci=None, answers_changed=share,
+                       answers_changed_ci=list(ci) if ci else None)
+        out.update(acc_conversations=len(values), acc_unlabelled=unlabelled)
     return out
 
 
@@ -227,9 +239,14 @@ def rows(result: dict) -> list[list[str]]:
     out = []
     for name, g in result["gates"].items():
         share = lambda a, b: f"{a} / {b}" + (f" ({a / b:.1%})" if b else "")  # noqa: E731
-        acc = ("– (labels.%s not given)" % name if "acc_change" not in g else
-               with_interval(g["acc_change"], g["acc_change_ci"], "{:+.3f}") + f" over {g['acc_conversations']}"
-               + (f" ({g['acc_unlabelled']} not labelled)" if g["acc_unlabelled"] else ""))
+        if "acc_conversations" not in g:
+            acc = "– (labels.%s not given)" % name
+        else:
+            acc = (with_interval(g["acc_change"], g["acc_change_ci"], "{:+.3f}") if g["acc_change"] is not None else
+                   "answers changed " + with_interval(g.get("answers_changed"), g.get("answers_changed_ci"), "{:.3f}")
+                   + " (sign unknown without gold)")
+            acc += f" over {g['acc_conversations']}" + (f" ({g['acc_unlabelled']} not labelled)"
+                                                        if g["acc_unlabelled"] else "")
         out.append([name, f"{g['decisions']} ({', '.join(f'{k} {v}' for k, v in sorted(g['actions'].items()))})",
                     share(g["conversations_acted_on"], g["conversations"]), share(g["calls_skipped"], g["calls"]),
                     f"{g['tokens_saved']:+,} ({g['tokens_saved_share']:+.1%})" if g["tokens_saved_share"] is not None
