@@ -1,5 +1,5 @@
 """``python -m trainers.evaluate.promote gate=toolgate candidate=checkpoints/toolgate/<run>
-serving=checkpoints/toolgate/serving points=outputs/points/flip/capture-<hash> [reload.endpoint=http://host:8080]``:
+serving=serving/toolgate points=outputs/points/flip/capture-<hash> [reload.endpoint=http://host:8080]``:
 put a refit gate in front of traffic only if it is no worse than the one serving.
 
 Both controllers decide, each at its own τ, on the held-out split (``split``, default test: conversations the
