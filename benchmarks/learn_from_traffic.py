@@ -47,6 +47,7 @@ from data_builders.gates import gates_at  # noqa: E402
 from data_builders.tasks import tasks_from_config  # noqa: E402
 from data_builders.tasks.scorers import score_task  # noqa: E402
 from recipes import compose  # noqa: E402
+from runtime.serve.testing import wait_healthy  # noqa: E402
 from trainers.intervals import mean_interval, paired_difference_interval  # noqa: E402
 
 #: the gates an HTTP client's traffic exercises: the registry's first at a proposed call and at an answer
@@ -72,15 +73,10 @@ class Endpoint:
         self.log = open(self.work / "serve.log", "w")
         self.proc = subprocess.Popen(cmd, cwd=REPO, stdout=self.log, stderr=subprocess.STDOUT,
                                      env={**os.environ, "TOOLWISE_ADMIN_KEY": ADMIN_KEY})
-        deadline = time.monotonic() + 300
-        while True:
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"the endpoint did not start: {(self.work / 'serve.log').read_text()[-3000:]}")
-            try:
-                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.5)
+        try:
+            wait_healthy(self.proc, self.url, timeout_s=300)
+        except RuntimeError as e:
+            raise SystemExit(f"{e}\n{(self.work / 'serve.log').read_text()[-3000:]}") from None
         self.model = httpx.get(f"{self.url}/v1/models").json()["data"][0]["id"]
         return self
 
