@@ -27,14 +27,12 @@ tasks with gold measure (``benchmarks/gold_free_labels.py``; docs/results.md).
 from __future__ import annotations
 
 import dataclasses
-import json
-import threading
 from typing import Any, Sequence
 
 from ..agent import prompts as P
 from ..backends.base import SamplingParams
 from ..protocol import ANSWER_PREFILL
-from ..tasks.scorers import agreement, extract_answer, score_task, scorer_from_spec
+from ..tasks.scorers import agreement, cached_scorer, extract_answer, score_task
 from ..tasks.scoring import is_correct
 
 #: a moment whose answers could not be compared: no label
@@ -47,10 +45,6 @@ RULES = {
              "final answer",
     "commit": "label=1 (continue) iff the forced answer after one verification prompt disagrees with the answer",
 }
-
-_SCORERS: dict[str, Any] = {}
-_LOCK = threading.Lock()
-
 
 def forced_answers(backend, items: Sequence[tuple[list[dict], list[dict] | None]], tokens: int) -> list[str]:
     """What the policy answers now at each ``(loop messages, tools)``: the render prefilled with ``\\boxed{`` and
@@ -66,14 +60,6 @@ def reference_answer(text: str | None) -> str | None:
     return ref or None
 
 
-def _scorer(spec: Any):
-    key = json.dumps(spec, sort_keys=True, default=str)
-    with _LOCK:
-        if key not in _SCORERS:
-            _SCORERS[key] = scorer_from_spec(spec)
-        return _SCORERS[key]
-
-
 def agree(answer: str, reference: str | None, task: Any = None, scorer: Any = None) -> bool | None:
     """Whether ``answer`` states the answer ``reference`` states (see the module doc); None when the reference
     gives nothing to compare."""
@@ -82,12 +68,11 @@ def agree(answer: str, reference: str | None, task: Any = None, scorer: Any = No
         return None
     try:
         if task is not None:
-            if getattr(_scorer(task.scorer) if task.scorer is not None else None, "needs_calls", False):
+            if task.scorer is not None and getattr(cached_scorer(task.scorer), "needs_calls", False):
                 return None     # a scorer of calls (BFCL's) has no answer text to agree on
             return score_task(dataclasses.replace(task, expected={**task.expected, "answer": ref}), answer)
         if scorer is not None:
-            s = _scorer(scorer)
-            return bool(s(answer, ref, instruction=""))
+            return bool(cached_scorer(scorer)(answer, ref, instruction=""))
         return is_correct(answer, ref)
     except ValueError:      # e.g. a numeric scorer and a reference that holds no number
         return None

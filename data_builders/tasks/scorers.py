@@ -535,6 +535,16 @@ _BUILT: dict[str, Scorer] = {}
 _BUILT_LOCK = threading.Lock()
 
 
+def cached_scorer(spec: str | Mapping[str, Any]) -> Scorer:
+    """The scorer of ``spec``, built once per distinct spec in this process (a judge keeps its client)."""
+    key = json.dumps(spec, sort_keys=True, default=str) if not isinstance(spec, str) else spec
+    with _BUILT_LOCK:
+        scorer = _BUILT.get(key)
+        if scorer is None:
+            scorer = _BUILT[key] = scorer_from_spec(spec)
+    return scorer
+
+
 def score_task(task: Any, final_response: str, calls: Any = None) -> bool:
     """Score a task's final response with the task's scorer (``task.scorer``; None is When2Tool's rule, applied
     exactly as before scorers existed: ``is_correct(final_response, task.answer)``). ``calls``: the episode's
@@ -543,11 +553,7 @@ def score_task(task: Any, final_response: str, calls: Any = None) -> bool:
     spec = getattr(task, "scorer", None)
     if spec is None:
         return is_correct(final_response, task.answer)
-    key = json.dumps(spec, sort_keys=True, default=str) if not isinstance(spec, str) else spec
-    with _BUILT_LOCK:
-        scorer = _BUILT.get(key)
-        if scorer is None:
-            scorer = _BUILT[key] = scorer_from_spec(spec)
+    scorer = cached_scorer(spec)
     if getattr(scorer, "needs_calls", False):
         return scorer(final_response, task.gold, instruction=task.instruction, calls=calls)
     return scorer(final_response, task.gold, instruction=task.instruction)

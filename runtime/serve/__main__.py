@@ -43,7 +43,7 @@ def load_gates(cfg: DictConfig, policy: str | None = None):
 
 def gate_loader(cfg: DictConfig, policy: str | None):
     """The gates a reload loads: the configured paths (reread: a promoted checkpoint behind the same path), each
-    overridden by the reload's own (``{"toolgate": "checkpoints/toolgate/<run>"}``)."""
+    overridden by the reload's own (``{"<gate>": "checkpoints/<gate>/<run>"}``)."""
     def load(paths: dict | None = None):
         node = OmegaConf.merge(cfg.gates, paths) if paths else cfg.gates
         check_probe_upstream(cfg, node)

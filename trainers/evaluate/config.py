@@ -10,6 +10,7 @@ from data_builders.agent.config import AgentSettings
 from data_builders.agent.prompts import MODES, PROMPT_MODES
 from data_builders.backends.config import ModelConfig
 from data_builders.config import per_gate, PolicyGroups
+from data_builders.gates import gates
 from data_builders.config_fields import param, required, tau_values
 from data_builders.metrics.config import HardwareConfig, PTESettings
 from data_builders.tasks.distractors import DISTRACTOR_KINDS
@@ -155,7 +156,7 @@ class PromoteReload:
 class PromoteConfig:
     """``python -m trainers.evaluate.promote``: install a refit gate only if it is no worse than the serving one on
     held-out captured traffic (trainers/evaluate/promote.py)."""
-    gate: str = required("the gate (data_builders.gates): toolgate | g_step | probe_prefill")
+    gate: str = param("???", "the gate (data_builders.gates): " + " | ".join(gates()), choices=tuple(gates()))
     candidate: str = required("the refit controller's checkpoint directory")
     serving: str = required("the path the endpoint's gates.<gate> names (a symlink or a checkpoint directory)")
     points: str = required("gold-free decision points of the gate's kind built from the captured traffic")

@@ -1,5 +1,5 @@
-"""``python -m trainers.evaluate.promote gate=toolgate candidate=checkpoints/toolgate/<run>
-serving=serving/toolgate points=outputs/points/flip/capture-<hash> [reload.endpoint=http://host:8080]``:
+"""``python -m trainers.evaluate.promote gate=<gate> candidate=<its refit checkpoint>
+serving=outputs/serving/<gate> points=outputs/points/<its kind>/capture-<hash> [reload.endpoint=http://host:8080]``:
 put a refit gate in front of traffic only if it is no worse than the one serving.
 
 Both controllers decide, each at its own τ, on the held-out split (``split``, default test: conversations the
