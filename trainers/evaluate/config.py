@@ -156,7 +156,7 @@ class PromoteReload:
 class PromoteConfig:
     """``python -m trainers.evaluate.promote``: install a refit gate only if it is no worse than the serving one on
     held-out captured traffic (trainers/evaluate/promote.py)."""
-    gate: str = param("???", "the gate (data_builders.gates): " + " | ".join(gates()), choices=tuple(gates()))
+    gate: str = required("the gate (data_builders.gates): " + " | ".join(gates()), choices=tuple(gates()))
     candidate: str = required("the refit controller's checkpoint directory")
     serving: str = required("the path the endpoint's gates.<gate> names (a symlink or a checkpoint directory)")
     points: str = required("gold-free decision points of the gate's kind built from the captured traffic")
