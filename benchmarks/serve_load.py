@@ -1,7 +1,7 @@
 """Load test of the gated endpoint (``python -m runtime.serve``), loopback only.
 
     python benchmarks/serve_load.py [--requests 500] [--concurrency 16] [--upstream-delay-ms 20] \
-        [--gates forced|reference] [--capture | --reload-every S]
+        [--gates forced|reference] [--capture [--null] | --reload-every S]
 
 Processes on 127.0.0.1: a scripted OpenAI-compatible upstream (``serve/testing.py``; it answers after
 ``--upstream-delay-ms``, standing in for generation), the server under test in front of it, and this client, which
@@ -184,29 +184,36 @@ def serve_and_measure(args, up_port: int, gates: str, capture_dir: str | None = 
 
 
 def compare_capture(args) -> None:
-    """``--capture``: what capture adds to a request, off and on in turn on the same upstream (each setting its own
-    server process, the machine to itself), with the median over ``--rounds`` of each setting's p50 added latency
-    and requests/s, and how many records reached disk."""
-    up_port = free_port()
+    """``--capture``: what capture adds to a request, off and on in turn (each run its own upstream and server
+    processes, the machine to itself), with the median over ``--rounds`` of each setting's p50 added latency and
+    requests/s, and how many records reached disk.
+
+    Why the design: run as "off, on" every round, an A/A comparison (``--null``: capture off in both) read −9 %
+    requests/s — the second run of a pair was slower whatever it ran, on a shared upstream — and 500 requests (one
+    second at ~500/s) left ±10 % between identical runs. So the order alternates (off-on, on-off, ...), each run
+    gets a fresh upstream, and the figures are meant for ``--requests 3000 --rounds 4``, where the A/A reads within
+    1 %."""
     ctx = mp.get_context("spawn")
-    upstream = ctx.Process(target=run_upstream, args=(up_port, args.upstream_delay_ms / 1000), daemon=True)
-    upstream.start()
     got: dict[str, list] = {"off": [], "on": []}
-    try:
-        asyncio.run(wait_up(f"http://127.0.0.1:{up_port}/v1/models"))
-        for _ in range(args.rounds):
-            for setting in ("off", "on"):
+    for r in range(args.rounds):
+        for setting in (("off", "on") if r % 2 == 0 else ("on", "off")):
+            up_port = free_port()
+            upstream = ctx.Process(target=run_upstream, args=(up_port, args.upstream_delay_ms / 1000), daemon=True)
+            upstream.start()
+            try:
+                asyncio.run(wait_up(f"http://127.0.0.1:{up_port}/v1/models"))
                 with tempfile.TemporaryDirectory() as root:
-                    results, errors, lost, elapsed = serve_and_measure(args, up_port, args.gates,
-                                                                       root if setting == "on" else None)
+                    capture = root if setting == "on" and not args.null else None
+                    results, errors, lost, elapsed = serve_and_measure(args, up_port, args.gates, capture)
                     stored = sum(1 for f in os.listdir(root) for _ in open(os.path.join(root, f)))
-                added = [r["wall_ms"] - r["upstream_ms"] for r in results]
-                got[setting].append((float(np.percentile(added, 50)), len(results) / elapsed))
-                print(report(f"toolwise gates={args.gates} capture={setting}", args, results, errors, lost, elapsed,
-                             statistics.median([r["upstream_ms"] for r in results]))
-                      + (f" records_stored={stored}" if setting == "on" else ""), flush=True)
-    finally:
-        upstream.terminate()
+            finally:
+                upstream.terminate()
+                upstream.join(timeout=10)
+            added = [r["wall_ms"] - r["upstream_ms"] for r in results]
+            got[setting].append((float(np.percentile(added, 50)), len(results) / elapsed))
+            print(report(f"toolwise gates={args.gates} capture={setting}", args, results, errors, lost, elapsed,
+                         statistics.median([r["upstream_ms"] for r in results]))
+                  + (f" records_stored={stored}" if setting == "on" else ""), flush=True)
     p50 = {k: statistics.median(a for a, _ in v) for k, v in got.items()}
     rps = {k: statistics.median(r for _, r in v) for k, v in got.items()}
     print(f"capture: p50_added_ms off={p50['off']:.2f} on={p50['on']:.2f} ({p50['on'] - p50['off']:+.2f} ms); "
@@ -255,6 +262,8 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--upstream-delay-ms", type=float, default=20.0)
     ap.add_argument("--gates", choices=["forced", "reference"], default="forced")
+    ap.add_argument("--null", action="store_true",
+                    help="with --capture: capture off in both settings (an A/A run: the benchmark's own noise)")
     ap.add_argument("--capture", action="store_true",
                     help="instead of the three servers: the endpoint with --gates, traffic capture off and on "
                          "(capture.dir), alternating, --rounds times each")

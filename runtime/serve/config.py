@@ -133,6 +133,10 @@ class ServeCapture:
     queue_size: int = param(1024, "records waiting for the writer; past it a record is dropped and counted "
                                   "(toolwise_capture_dropped_total), never a slower request", ge=1)
     max_file_bytes: int = param(64 * 2**20, "a capture file rotates past this size", ge=1024)
+    flush_s: float = param(0.01, "the writer takes what is queued every this many seconds (one wake-up per "
+                                 "period, not per request: a wake-up per record took the event loop's GIL "
+                                 "often enough to cost ~1 ms p50); a killed server loses at most this period's "
+                                 "records", gt=0)
     fsync_s: float = param(1.0, "the writer fsyncs at most this long after a write (every write is flushed to "
                                 "the OS at once: a killed server loses only what is queued)", gt=0)
     redact: List[str] = param([], "regular expressions whose matches in any captured string become [REDACTED] "

@@ -114,6 +114,22 @@ def test_a_full_queue_drops_and_counts_instead_of_waiting(tmp_path, monkeypatch)
     capture.close()
 
 
+def test_the_writer_wakes_on_its_timer_not_per_record(tmp_path, monkeypatch):
+    """Records arriving 2 ms apart within one flush period reach disk in one write: no record wakes the writer
+    (a wake-up per record cost the event loop ~1 ms p50 under load, benchmarks/serve_load.py --capture)."""
+    capture = Capture(tmp_path, flush_s=0.5)
+    writes: list[int] = []
+    real_write = capture._write
+    monkeypatch.setattr(capture, "_write", lambda lines: (writes.append(len(lines)), real_write(lines))[1])
+    time.sleep(0.05)        # the writer is waiting on its timer
+    for i in range(20):
+        capture.record({"messages": []}, {"id": f"r{i}"}, [])
+        time.sleep(0.002)
+    capture.close()         # wakes the writer at once: what is queued is written, then it stops
+    assert writes == [20]
+    assert [r["request_id"] for r in read_capture(tmp_path).records] == [f"r{i}" for i in range(20)]
+
+
 def test_files_rotate_by_size_and_read_back_in_order(tmp_path):
     capture = Capture(tmp_path, max_file_bytes=1024)
     for i in range(40):
@@ -138,7 +154,7 @@ def test_a_line_cut_by_a_crash_is_skipped_and_any_other_bad_line_is_named(tmp_pa
 def test_a_sigkilled_server_loses_at_most_the_records_in_flight(tmp_path):
     """A real server process with capture on, 16 clients at a time, SIGKILLed while they are still sending: every
     stored record reads back, and every request answered before the kill is on disk but those still queued
-    (the writer flushes each batch as it comes: at most a handful)."""
+    (the writer takes the queue every capture.flush_s, 10 ms: at most a handful)."""
     fake = ScriptedUpstream(delay_s=0.005)
     answered: list[str] = []
     stop = threading.Event()
