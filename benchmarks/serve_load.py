@@ -6,10 +6,12 @@
 Processes on 127.0.0.1: a scripted OpenAI-compatible upstream (``serve/testing.py``; it answers after
 ``--upstream-delay-ms``, standing in for generation), the server under test in front of it, and this client, which
 sends ``--requests`` chat completions, ``--concurrency`` at a time, with the official ``openai``-style body over
-httpx. Three servers are measured in turn, in the same run: the endpoint with ``--gates``, the endpoint with no
-gates, and a LiteLLM proxy (no gates; only when ``litellm[proxy]`` is installed, ``pip install -e ".[litellm]"``).
-Half the requests offer tools and get a proposed call (a ToolGate decision), half carry a tool result and get an
-answer (a G-STEP decision). A skip or a continue costs the request another upstream call: the forced gates never
+httpx. Three servers are measured in turn, in the same run: the endpoint with ``--gates`` (and once more with
+``--serve-set`` overrides, when given), the endpoint with no gates, and a LiteLLM proxy (no gates; only when
+``litellm[proxy]`` is installed, ``pip install -e ".[litellm]"``). The endpoint runs under the uvicorn config
+``python -m runtime.serve`` uses. Half the requests offer tools and get a proposed call (a ToolGate decision), half
+carry a tool result and get an answer (a G-STEP decision); each request asks its own question, so no cache of
+repeated text can stand in for a gate's work. A skip or a continue costs the request another upstream call: the forced gates never
 decide either, the reference ones decide as they were trained (``upstream_calls`` counts them).
 
 ``--gates forced``: the test double's gates (decide at once: the figures are the endpoint's own overhead);
@@ -43,6 +45,7 @@ import uvicorn
 
 import recipes
 from runtime.serve import Upstream, create_app
+from runtime.serve.server import uvicorn_config
 from data_builders.gates import gates_at
 from runtime.serve.testing import ForcedGates, ScriptedUpstream, free_port
 
@@ -51,10 +54,18 @@ TOOLGATE, GSTEP = (gates_at(moment)[0].name for moment in ("pre_call", "on_answe
 
 TOOLS = [{"type": "function", "function": {"name": "calculator", "description": "arithmetic",
                                            "parameters": {"type": "object", "properties": {"x": {"type": "integer"}}}}}]
-ASK = [{"role": "user", "content": "What is 6*7? Use the calculator if you need it."}]
-ANSWER = ASK + [{"role": "assistant", "content": None, "tool_calls": [
-    {"id": "call_0", "type": "function", "function": {"name": "calculator", "arguments": '{"x": 0}'}}]},
-    {"role": "tool", "tool_call_id": "call_0", "content": '{"success": true, "result": 42}'}]
+
+
+def ask(i: int) -> list[dict]:
+    """Request ``i``'s question: each its own, so no cache of repeated text can stand in for the gate's work."""
+    return [{"role": "user", "content": f"What is {i}*7? Use the calculator if you need it."}]
+
+
+def answer(i: int) -> list[dict]:
+    """Request ``i``'s conversation after its call's result: G-STEP judges the answer."""
+    return ask(i) + [{"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_0", "type": "function", "function": {"name": "calculator", "arguments": '{"x": 0}'}}]},
+        {"role": "tool", "tool_call_id": "call_0", "content": f'{{"success": true, "result": {i * 7}}}'}]
 
 
 def run_upstream(port: int, delay_s: float) -> None:
@@ -75,15 +86,16 @@ def gate_loader(gates: str):
 
 
 def run_endpoint(port: int, upstream_port: int, gates: str, capture_dir: str | None = None,
-                 admin_key: str | None = None) -> None:
+                 admin_key: str | None = None, overrides: tuple = ()) -> None:
     if admin_key:
         os.environ["TOOLWISE_ADMIN_KEY"] = admin_key
     cfg = recipes.compose("serve", [f"upstream.base_url=http://127.0.0.1:{upstream_port}/v1", f"port={port}",
                                     "upstream.models=[scripted]", "gates.logprobs=true",
-                                    *([f"capture.dir={capture_dir}"] if capture_dir else [])])
+                                    *([f"capture.dir={capture_dir}"] if capture_dir else []), *overrides])
     load = gate_loader(gates)
     app = create_app(cfg, load(), Upstream.from_config(cfg.upstream), reload_gates=load)
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="error")
+    # served as `python -m runtime.serve` serves it (h11, the connection and shutdown limits), not uvicorn's defaults
+    uvicorn.Server(uvicorn_config(app, cfg.limits, host="127.0.0.1", port=port, log_level="error")).run()
 
 
 async def wait_up(url: str, timeout_s: float = 120) -> None:
@@ -126,7 +138,7 @@ async def load(base: str, n: int, concurrency: int, headers: dict | None = None)
     async with httpx.AsyncClient(base_url=base, timeout=60, limits=limits, headers=headers) as client:
         async def one(i: int) -> None:
             nonlocal errors, lost
-            body = {"model": "scripted", "messages": ASK if i % 2 == 0 else ANSWER, "tools": TOOLS}
+            body = {"model": "scripted", "messages": ask(i) if i % 2 == 0 else answer(i), "tools": TOOLS}
             async with sem:
                 start = time.perf_counter()
                 try:
@@ -262,6 +274,9 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--upstream-delay-ms", type=float, default=20.0)
     ap.add_argument("--gates", choices=["forced", "reference"], default="forced")
+    ap.add_argument("--serve-set", action="append", default=[], metavar="KEY=VALUE",
+                    help="also run the gated endpoint with this serve override (e.g. gates.concurrency=1), "
+                         "side by side in the same run; repeatable (all apply to that one extra run)")
     ap.add_argument("--null", action="store_true",
                     help="with --capture: capture off in both settings (an A/A run: the benchmark's own noise)")
     ap.add_argument("--capture", action="store_true",
@@ -284,9 +299,13 @@ def main() -> None:
     lines = []
     try:
         asyncio.run(wait_up(f"http://127.0.0.1:{up_port}/v1/models"))
-        for gates in (args.gates, "none"):      # one server at a time: each gets the machine to itself
+        # one server at a time, each with the machine to itself; --serve-set: the gated endpoint once more with
+        # other settings (a previous code path), in the same run
+        runs = [(args.gates, ()), *(((args.gates, tuple(args.serve_set)),) if args.serve_set else ()), ("none", ())]
+        for gates, overrides in runs:
             port = free_port()
-            endpoint = ctx.Process(target=run_endpoint, args=(port, up_port, gates), daemon=True)
+            endpoint = ctx.Process(target=run_endpoint, args=(port, up_port, gates, None, None, overrides),
+                                   daemon=True)
             endpoint.start()
             try:
                 base = f"http://127.0.0.1:{port}"
@@ -296,7 +315,8 @@ def main() -> None:
                 endpoint.terminate()
                 endpoint.join(timeout=10)
             upstream_ms = statistics.median([r["upstream_ms"] for r in results]) if results else float("nan")
-            lines.append(report(f"toolwise gates={gates}", args, results, errors, lost, elapsed, upstream_ms))
+            name = f"toolwise gates={gates}" + "".join(f" {o}" for o in overrides)
+            lines.append(report(name, args, results, errors, lost, elapsed, upstream_ms))
             print(lines[-1], flush=True)
         with tempfile.TemporaryDirectory() as root:
             port = free_port()
