@@ -19,13 +19,13 @@ from pathlib import Path
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
-from tqdm.auto import tqdm
 
 from data_builders.config import BuildConfig   # its schema, stored before Hydra composes
 from recipes import CONFIG_DIR
 
 from .backends import malloc
 from .environments.isolation import announce as announce_sandbox
+from .progress import BudgetBar
 from .executors import executor_from_config
 from .gates import gate_of_kind
 from .agent.loop import Agent
@@ -144,12 +144,13 @@ def run(cfg: DictConfig, command: str | None = None) -> dict:
             done = store.done()
             todo = [(i, (kind, chunk, chunk_splits, builder))
                     for i, (chunk, chunk_splits) in enumerate(shards) if i not in done]
-            with tqdm(total=len(items), desc=f"build {kind}", unit=unit,
-                      initial=sum(len(shards[i][0]) for i in done)) as bar:
-                # The bar moves as each episode ends (a shard is one batched rollout of shard_size episodes: per
-                # shard, it sat still for minutes). The store is the single merge point: each shard is written
-                # once, by this process, as it arrives.
-                for i, (rows, tensors) in executor.map(label_shard, todo, on_tick=lambda _i: bar.update(1)):
+            with BudgetBar(f"build {kind}", {i: len(shards[i][0]) for i, _ in todo}, unit=unit,
+                           done_items=sum(len(shards[i][0]) for i in done), total_items=len(items)) as bar:
+                # The bar counts generation budget (data_builders/progress.py): a shard is one batched rollout
+                # whose episodes end together, so a bar of finished tasks sat still for minutes with an ETA of
+                # hours. The store is the single merge point: each shard is written once, by this process, as it
+                # arrives.
+                for i, (rows, tensors) in executor.map(label_shard, todo, on_tick=bar.tick, on_work=bar.work):
                     store.write_shard(i, rows, tensors)
             ds = load_points(out_dir, require_complete=False)
             table, counts = counts_table(ds.points)

@@ -4,7 +4,7 @@ engine each). One interface for the three commands that run a policy over many t
 
     with executor_from_config(cfg.get("executor"), cfg.model, cfg.get("backend")) as ex:
         ex.info.fingerprint                                  # the engine's identity, without loading it here
-        for key, result in ex.map(work, [(key, payload), ...], on_progress=..., on_tick=...):
+        for key, result in ex.map(work, [(key, payload), ...], on_progress=..., on_tick=..., on_work=...):
             ...                                              # the driver alone writes
 
 ``work(engine, payload, progress)`` is a module-level function; it runs where the engine is and returns a
@@ -13,7 +13,9 @@ picklable result; ``progress(item)`` reports each finished item (an episode): in
 ``on_tick(key)`` is for progress bars: once per finished item as soon as the driver can know, in-process with
 ``on_progress`` and on Ray from a queue the workers report to while their shard runs (a bar that moved per shard
 sat still for minutes on a batched shard of 32 episodes); a redone shard ticks only past what it ticked before, so
-a bar never counts an item twice. Results stream back as shards finish
+a bar never counts an item twice. ``on_work(key, work)`` is for the same bars in generated tokens
+(``data_builders.progress.Work``: the shard's budget, tokens generated and budget credited, cumulative per shard):
+in-process as they change, on Ray through the same queue at most every ``WORK_REPORT_S``. Results stream back as shards finish
 (``ray.wait``), in completion order, so the caller's merge point (the shard store, the trajectory cache, the
 rollout's partial file) gets each one once.
 
@@ -43,6 +45,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from .backends import loading   # called through the module: tests replace backend_from_config
 from .environments.isolation import REQUIRE_ENV
+from .progress import Work as GenerationWork, metering
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +53,9 @@ INSTALL_HINT = "pip install -e '.[ray]'"
 Work = Callable[[Any, Any, Callable[[Any], None]], Any]
 #: how often the Ray driver reads the workers' progress ticks while it waits for a shard
 TICK_POLL_S = 0.5
+#: how often a Ray worker sends its shard's generation budget to the driver's bar (a put per decode segment would
+#: flood the queue actor)
+WORK_REPORT_S = 0.5
 #: how long the Ray driver waits for a worker whose call failed to answer again (Ray restarting it, which reloads
 #: its engine, or its node unreachable) before the map fails
 RESTART_TIMEOUT_S = 600.0
@@ -100,14 +106,20 @@ class LocalExecutor:
 
     def map(self, work: Work, items: Iterable[tuple[Hashable, Any]],
             on_progress: Callable[[Hashable, Any], None] | None = None,
-            on_tick: Callable[[Hashable], None] | None = None) -> Iterator[tuple[Hashable, Any]]:
+            on_tick: Callable[[Hashable], None] | None = None,
+            on_work: Callable[[Hashable, GenerationWork], None] | None = None) -> Iterator[tuple[Hashable, Any]]:
         for key, payload in items:
             def report(item: Any, key: Hashable = key) -> None:
                 if on_tick:
                     on_tick(key)
                 if on_progress:
                     on_progress(key, item)
-            yield key, work(self.engine, payload, report)
+            if on_work is None:
+                yield key, work(self.engine, payload, report)
+                continue
+            with metering(lambda work, key=key: on_work(key, work)):
+                result = work(self.engine, payload, report)
+            yield key, result
 
     def close(self) -> None:
         """Shut down the engine this executor loaded (an engine the caller passed in stays the caller's)."""
@@ -149,7 +161,8 @@ class EngineWorker:
 
     def run(self, work: Work, payload: Any, ticks: tuple | None = None) -> tuple[list, Any]:
         """The work's result and its progress items; with ``ticks`` = ``(queue, tag)`` each item also puts ``tag``
-        on that Ray queue as it finishes, for the driver's progress bar."""
+        on that Ray queue as it finishes, and the shard's generation totals ``("work", tag, Work)`` at most every
+        WORK_REPORT_S and once at its end, for the driver's progress bar."""
         self._check()
         progress: list = []
 
@@ -157,7 +170,20 @@ class EngineWorker:
             progress.append(item)
             if ticks is not None:
                 ticks[0].put_nowait(ticks[1])
-        return progress, work(self.engine, payload, report)
+        if ticks is None:
+            return progress, work(self.engine, payload, report)
+        last = [0.0, None]      # when the budget was last sent, and what it is now
+
+        def budget(work) -> None:
+            last[1] = ("work", ticks[1], tuple(work))
+            if time.monotonic() - last[0] >= WORK_REPORT_S:
+                ticks[0].put_nowait(last[1])
+                last[0] = time.monotonic()
+        with metering(budget):
+            result = work(self.engine, payload, report)
+        if last[1] is not None:
+            ticks[0].put_nowait(last[1])
+        return progress, result
 
 
 def import_ray():
@@ -257,9 +283,10 @@ class RayExecutor:
 
     def map(self, work: Work, items: Iterable[tuple[Hashable, Any]],
             on_progress: Callable[[Hashable, Any], None] | None = None,
-            on_tick: Callable[[Hashable], None] | None = None) -> Iterator[tuple[Hashable, Any]]:
+            on_tick: Callable[[Hashable], None] | None = None,
+            on_work: Callable[[Hashable, GenerationWork], None] | None = None) -> Iterator[tuple[Hashable, Any]]:
         ray = self.ray
-        ticks = _Ticks(ray, on_tick) if on_tick else None
+        ticks = _Ticks(ray, on_tick or (lambda _key: None), on_work) if (on_tick or on_work) else None
         try:
             yield from self._map(work, items, on_progress, ticks)
         finally:
@@ -381,14 +408,16 @@ class _Ticks:
     driver drains it while it waits. Per shard it ticks up to the most items any attempt reported, so a shard
     redone after its worker died moves the bar only past where the dead attempt left it."""
 
-    def __init__(self, ray, on_tick: Callable[[Hashable], None]):
+    def __init__(self, ray, on_tick: Callable[[Hashable], None],
+                 on_work: Callable[[Hashable, GenerationWork], None] | None = None):
         from ray.util.queue import Queue
 
         # no CPU reserved: a queue actor must not take a slot the workers were sized to fill
         self.queue = Queue(actor_options={"num_cpus": 0})
-        self.on_tick = on_tick
+        self.on_tick, self.on_work = on_tick, on_work
         self.seen: dict[tuple, int] = {}
         self.ticked: dict[Hashable, int] = {}
+        self.budget: dict[Hashable, GenerationWork] = {}    # per shard: the furthest any attempt got
 
     def _advance(self, key: Hashable, to: int) -> None:
         while self.ticked.get(key, 0) < to:
@@ -397,6 +426,13 @@ class _Ticks:
 
     def drain(self) -> None:
         for tag in self.queue.get_nowait_batch(self.queue.qsize()):
+            if len(tag) == 3:       # ("work", (key, attempt), Work fields)
+                key, work = tag[1][0], GenerationWork(*tag[2])
+                # a redone shard moves the bar only past where its dead attempt left it
+                if self.on_work is not None and work.spent >= self.budget.get(key, GenerationWork()).spent:
+                    self.budget[key] = work
+                    self.on_work(key, work)
+                continue
             self.seen[tag] = self.seen.get(tag, 0) + 1
             self._advance(tag[0], self.seen[tag])
 

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
-from tqdm.auto import tqdm
 
 import data_builders.config  # noqa: F401 - its schemas, stored before Hydra composes
 from recipes import CONFIG_DIR
@@ -27,6 +26,7 @@ from .backends import malloc
 from .environments.isolation import announce as announce_sandbox
 from .backends.loading import backend_from_config
 from .executors import executor_from_config, spread
+from .progress import BudgetBar
 from .tasks import tasks_from_config
 
 
@@ -69,8 +69,9 @@ def run(cfg: DictConfig) -> dict:
         # Each episode is appended as it finishes (completion order; with Ray, as its shard returns), so a failure
         # or a kill later in the run keeps every finished one; a separate file, so a failed rerun never truncates
         # an earlier run's trajectories.jsonl.
+        # the bar counts generation budget (data_builders/progress.py), finished tasks in its postfix
         with partial.open("w", encoding="utf-8") as sink, \
-                tqdm(total=len(tasks), desc=f"rollout {agent_cfg.mode}", unit="task") as bar:
+                BudgetBar(f"rollout {agent_cfg.mode}", {i: len(sh) for i, sh in enumerate(shards)}) as bar:
             def finished(_shard: int, traj: Trajectory) -> None:
                 nonlocal done
                 sink.write(json.dumps(traj.to_dict(), ensure_ascii=False) + "\n")
@@ -78,7 +79,7 @@ def run(cfg: DictConfig) -> dict:
                 done += 1
             try:
                 for i, trajs in executor.map(rollout_shard, [(i, (agent_cfg, s)) for i, s in enumerate(shards)],
-                                             on_progress=finished, on_tick=lambda _i: bar.update(1)):
+                                             on_progress=finished, on_tick=bar.tick, on_work=bar.work):
                     results[i] = trajs
             except BaseException:
                 print(f"rollout failed: the {done} of {len(tasks)} episodes that finished are in {partial}",

@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
+from .. import progress
 from ..backends.base import Backend, SamplingParams
 from ..backends.grammar import CallConstraint
 from ..environments import make_environment
@@ -111,6 +112,19 @@ class _Episode:
         return EpisodeView(self.task, self.messages, self.turns, self.calls, self.round, mode, tools=self.tools)
 
 
+def expected_generations(taken: list[int], active: list[tuple[int, int]], queued: int, rounds: int) -> float:
+    """How many generations a run will have taken when it ends (what its progress bar's total counts): the ended
+    episodes' ``taken``; for each episode still going (``active``: its generations so far and the rounds it may
+    take now, which a continue extends) or not started (``queued``, ``rounds`` each) the expectation under one stop
+    rate per round — the share of the rounds seen so far after which an episode stopped — capped by the rounds it
+    has. Before any episode stopped, every round it has is expected."""
+    seen = sum(taken) + sum(r for r, _ in active)
+    rate = len(taken) / seen if seen else 0.0
+    more = 1 / rate if rate > 0 else float("inf")     # rounds until a stop, the stopping one included
+    return (sum(taken) + sum(r + min(more, max(cap - r, 1)) for r, cap in active)
+            + queued * min(more, rounds))
+
+
 class Agent:
     def __init__(self, backend: Backend, config: AgentConfig | None = None, hooks: Hooks | None = None):
         self.backend = backend
@@ -140,9 +154,17 @@ class Agent:
             on_round: Callable[[int, int], None] | None = None) -> list[Trajectory]:
         """Run every task to completion; returns trajectories in task order. ``on_done`` gets each
         finished one; ``on_round(step, episodes_in_flight)`` is called after every batched round."""
+        # progress (data_builders.progress): a round is one generation of up to max_new_tokens; planned at first
+        # for max_rounds per episode, revised after each round (expected_generations)
+        with progress.budget(len(tasks) * self.cfg.max_rounds * self.cfg.max_new_tokens) as plan:
+            return self._run(tasks, on_done, on_round, plan)
+
+    def _run(self, tasks: Sequence[Task], on_done: Callable[[Trajectory], None] | None,
+             on_round: Callable[[int, int], None] | None, plan: progress.Plan) -> list[Trajectory]:
         queue = list(enumerate(tasks))[::-1]
         active: list[_Episode] = []
         out: list[Trajectory | None] = [None] * len(tasks)
+        taken: list[int] = []       # generations of each episode that ended
         step = 0
         while queue or active:
             while queue and len(active) < self.cfg.max_in_flight:
@@ -158,11 +180,14 @@ class Agent:
                     still.append(ep)
                     continue
                 self.backend.release([ep.uid])
+                taken.append(len(ep.turns))
                 rec = self._record(ep)
                 out[ep.index] = rec
                 if on_done:
                     on_done(rec)
             active = still
+            plan.replan(self.cfg.max_new_tokens * expected_generations(
+                taken, [(len(ep.turns), ep.rounds_budget) for ep in active], len(queue), self.cfg.max_rounds))
         return out  # type: ignore[return-value]
 
     # ------------------------------------------------------------------ episode set-up

@@ -28,6 +28,7 @@ try:    # transformers >= 4.56: caches made of layer objects (the reserved cache
 except ImportError:     # older 4.x: the library's DynamicCache only
     Cache = DynamicLayer = None
 
+from .. import progress
 from .base import Backend, Generation, PrefillState, SamplingParams
 from .chat import ChatText
 from .fingerprint import adapter_digest, weights_fingerprint
@@ -372,6 +373,7 @@ class HFBackend(ChatText, Backend):
         return kw   # stop strings: _StopRecorder around the library's criterion (_decode)
 
     @torch.inference_mode()
+    @progress.generation
     def generate(self, prompts: Sequence[str], params: SamplingParams = SamplingParams(), *,
                  prefill_state: PrefillState | None = None, return_logprobs: bool = False,
                  cache_keys: Sequence[Hashable] | None = None,
@@ -457,6 +459,7 @@ class HFBackend(ChatText, Backend):
             new = out.sequences[:, ids.shape[1]:]
             lp = recorder.finish(out.sequences).tolist() if recorder is not None else None
             left -= new.shape[1]
+            progress_after = len(live) * new.shape[1]       # the segment's tokens, every live row (a bar's unit)
             mask = torch.cat([mask, mask.new_ones(mask.shape[0], new.shape[1])], 1)
             new_rows = new.tolist()
             ended = []
@@ -469,6 +472,9 @@ class HFBackend(ChatText, Backend):
                 if stopped or left <= 0:
                     ended.append(b)
                     gens[r] = self._finish(tokens[r], logprobs[r] if lp is not None else None, n_prompt[r], params.stop)
+            # progress (data_builders.progress): the segment's tokens, and the budget the rows that stopped leave
+            progress.generated(progress_after)
+            progress.credit(len(ended) * max(left, 0))
             cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
             if keys is not None and ended:
                 self._store(cache, out.sequences, mask, width, ended, [n_prompt[live[b]] for b in ended],

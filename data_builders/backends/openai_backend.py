@@ -23,6 +23,7 @@ from typing import Any, Hashable, Sequence
 
 from transformers import AutoConfig, AutoTokenizer
 
+from .. import progress
 from .base import Backend, Generation, PrefillState, SamplingParams
 from .chat import ChatText
 from .grammar import CallConstraint
@@ -99,6 +100,7 @@ class OpenAIBackend(ChatText, Backend):
         resp = self.client.completions.create(**kw)
         return sorted(resp.choices, key=lambda c: c.index)
 
+    @progress.generation
     def generate(self, prompts: Sequence[str], params: SamplingParams = SamplingParams(), *,
                  prefill_state: PrefillState | None = None, return_logprobs: bool = False,
                  cache_keys: Sequence[Hashable] | None = None,

@@ -31,6 +31,7 @@ from typing import Any, Hashable, Sequence
 
 from transformers import AutoConfig, AutoTokenizer
 
+from .. import progress
 from .base import Backend, Generation, PrefillState, SamplingParams
 from .chat import ChatText
 from .grammar import CallConstraint
@@ -193,6 +194,7 @@ class VLLMBackend(ChatText, Backend):
             seed=params.seed if params.temperature > 0 else None,
             logprobs=0 if return_logprobs else None)   # 0 = only the sampled token's (raw) log-prob
 
+    @progress.generation
     def generate(self, prompts: Sequence[str], params: SamplingParams = SamplingParams(), *,
                  prefill_state: PrefillState | None = None, return_logprobs: bool = False,
                  cache_keys: Sequence[Hashable] | None = None,

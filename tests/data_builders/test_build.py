@@ -97,23 +97,33 @@ def in_process_build(model_dir, out, *over):
     return build.run(compose("build", [*cmd(model_dir, out)[3:-2], f"out_dir={out}", *over]))
 
 
-def test_the_build_bar_moves_per_episode_not_per_shard(tiny_model_dir, tmp_path, monkeypatch):
-    # A shard is one batched rollout of shard_size episodes; the bar used to move by a whole shard at once (the
-    # main job's sat at 0/64 for minutes, then jumped 32).
-    from tqdm.auto import tqdm
+def test_the_build_bar_moves_as_tokens_decode_not_per_shard(tiny_model_dir, tmp_path, monkeypatch):
+    # A shard is one batched rollout of shard_size episodes whose episodes end together: a bar of finished tasks
+    # sat at 0-1/64 for minutes with an ETA of hours. The bar counts generated tokens (data_builders/progress.py):
+    # it moves while a shard decodes, before any of its episodes has ended, and ends at its total.
+    from data_builders import build, progress
 
-    from data_builders import build
+    events: list[tuple[str, int]] = []
+    finals: list[tuple[int, int]] = []
 
-    updates: list[int] = []
+    class Bar(progress.BudgetBar):
+        def tick(self, key=None):
+            events.append(("tick", self.done_items))
+            super().tick(key)
 
-    class Bar(tqdm):
-        def update(self, n=1):
-            updates.append(n)
-            return super().update(n)
-    monkeypatch.setattr(build, "tqdm", Bar)
+        def work(self, key, work):
+            super().work(key, work)
+            events.append(("work", self.bar.n))
+            finals.append((self.bar.n, self.bar.total))
+    monkeypatch.setattr(build, "BudgetBar", Bar)
     in_process_build(tiny_model_dir, tmp_path / "pts", "limit=3", "shard_size=3", "agent.max_rounds=1",
                      "agent.max_new_tokens=4")
-    assert updates == [1] * 6            # 3 train + 3 test tasks in 2 shards of 3: one step per episode
+    ticks = [e for e in events if e[0] == "tick"]
+    assert len(ticks) == 6                  # 3 train + 3 test tasks in 2 shards of 3: one per episode
+    first_tick = events.index(ticks[0])
+    assert any(kind == "work" and n > 0 for kind, n in events[:first_tick])     # tokens counted before it
+    n, total = finals[-1]
+    assert n == total > 0
 
 
 def test_a_build_without_any_decision_point_ends_with_an_empty_table(tiny_model_dir, tmp_path, capsys):

@@ -77,36 +77,49 @@ def test_ray_build_equals_local_build(cluster, tiny_model_dir, local_build, tmp_
     assert_same_dataset(local_build, load_points(tmp_path / "pts"))
 
 
-def bar_steps(monkeypatch) -> list[int]:
-    from tqdm.auto import tqdm
+def bar_steps(monkeypatch) -> dict:
+    """What the build's bar was told: finished items (ticks) and, after each shard budget report, its count and
+    total of generated tokens."""
+    from data_builders import progress
 
-    steps: list[int] = []
+    seen: dict = {"ticks": 0, "bar": []}
 
-    class Bar(tqdm):
-        def update(self, n=1):
-            steps.append(n)
-            return super().update(n)
-    monkeypatch.setattr(build, "tqdm", Bar)
-    return steps
+    class Bar(progress.BudgetBar):
+        def tick(self, key=None):
+            seen["ticks"] += 1
+            super().tick(key)
+
+        def work(self, key, work):
+            super().work(key, work)
+            seen["bar"].append((self.bar.n, self.bar.total))
+    monkeypatch.setattr(build, "BudgetBar", Bar)
+    return seen
 
 
 @pytest.mark.slow
 def test_workers_report_progress_while_their_shard_runs(cluster, tiny_model_dir):
     from data_builders.executors import executor_from_config
 
-    def slow_items(engine, n, progress):       # a shard whose items end 0.4 s apart
-        for i in range(n):
-            time.sleep(0.4)
-            progress(i)
+    def slow_items(engine, n, progress):       # a shard whose items end 0.4 s apart, 10 tokens each
+        from data_builders import progress as generation
+
+        with generation.budget(10 * n):
+            for i in range(n):
+                time.sleep(0.4)
+                generation.generated(10)
+                progress(i)
         return n
     cfg = build_cfg(tiny_model_dir, "unused", "executor=ray", "executor.workers=1")
-    ticks, items = [], []
+    ticks, items, work = [], [], []
     with executor_from_config(cfg.executor, cfg.model, cfg.backend) as ex:
         for key, result in ex.map(slow_items, [("a", 5)], on_progress=lambda k, i: items.append(i),
-                                  on_tick=lambda k: ticks.append(time.monotonic())):
+                                  on_tick=lambda k: ticks.append(time.monotonic()),
+                                  on_work=lambda k, w: work.append((time.monotonic(), tuple(w)))):
             returned = time.monotonic()
     assert (key, result, items) == ("a", 5, list(range(5)))
     assert len(ticks) == 5 and ticks[0] < returned - 0.8      # the first tick came while the shard still ran
+    # the shard's generated tokens too, at most every WORK_REPORT_S, the last one complete
+    assert work[0][0] < returned - 0.8 and work[-1][1] == (50, 50, 0)
 
 
 def busy_worker_pids() -> list[int]:
@@ -142,7 +155,9 @@ def test_a_worker_killed_mid_build_has_its_shard_redone(cluster, tiny_model_dir,
     assert killed, "no busy worker was found to kill"
     assert "failed (" in caplog.text and "redoing the shard" in caplog.text
     assert sorted(written) == list(range(6))                      # each shard written once, by the driver
-    assert sum(steps) == 12                  # the redone shard's episodes moved the bar once
+    assert steps["ticks"] == 12                      # the redone shard's episodes moved the bar once
+    n, total = steps["bar"][-1]                      # and its tokens: the bar ends at its total, not past it
+    assert n == total > 0 and all(a <= b for a, b in steps["bar"])
     assert_same_dataset(local_build, load_points(out))
 
 

@@ -35,12 +35,12 @@ import hydra
 import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
-from tqdm.auto import tqdm
 
 import controllers
 import data_builders.tasks as task_sources   # called through the module: tests replace tasks_from_config
 from data_builders.agent.hooks import Hooks, PromptState
 from data_builders.agent.loop import Agent, AgentConfig
+from data_builders.progress import BudgetBar
 from data_builders.backends.grammar import import_xgrammar
 from data_builders.agent.trajectory import Trajectory, summarize
 from data_builders.backends import loading   # called through the module: tests replace backend_from_config
@@ -250,12 +250,13 @@ def run_arms(executor, jobs: list[tuple[Arm, list, TrajectoryCache]], agent_kw: 
     finished: dict[str, list[Trajectory]] = {name: [] for name in state}
     seconds = dict.fromkeys(state, 0.0)
     payloads = dict(items)
-    with tqdm(total=sum(len(todo) for *_, todo in state.values()), desc="arms", unit="task", leave=False) as bar:
+    # the bar counts generation budget (data_builders/progress.py), finished tasks in its postfix
+    with BudgetBar("arms", {key: len(payload[1]) for key, payload in items}, leave=False) as bar:
         def progress(key, traj: Trajectory) -> None:
             finished[key[0]].append(traj)
         try:
             for (name, j), (trajs, took) in executor.map(arm_shard, items, on_progress=progress,
-                                                         on_tick=lambda _key: bar.update(1)):
+                                                         on_tick=bar.tick, on_work=bar.work):
                 arm, _, cache, have, _ = state[name]
                 cache.store(arm.cache_spec, have, list(zip(payloads[name, j][1], trajs)))
                 seconds[name] += took

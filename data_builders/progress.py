@@ -1,0 +1,208 @@
+"""Progress of the phases that generate: a bar in generated tokens whose total is what the work is expected to
+generate, so that it advances while a batch decodes and its ETA means something.
+
+A batched rollout finishes its episodes together, so a bar counting finished tasks stands still for most of a
+shard (a 64-task build showed ``1/64 [04:01<4:13:28]``: a four-hour ETA for a nine-minute job). Generated tokens
+advance steadily — the time of a batched decode grows with the rows still decoding, as their count does — but
+how many a task will generate is unknown in advance. What is known is a *budget*: a generation may write up to
+``max_new_tokens`` per row, an episode has so many rounds. So the work is counted in budget tokens, of two kinds:
+*generated* (a token decoded) and *credited* (budget known never to be used: the rest of a row that stopped, a
+generation's unused budget when it returns). The bar shows the generated tokens; its total adds the budget still
+open times the share of the spent budget that was generated, so the ETA extrapolates the decoding rate over the
+work the budget says is left (``tests/data_builders/test_progress.py`` checks a batched build's ETA).
+
+Who counts: the code that generates. A backend's ``generate`` is a :func:`budget` of rows × ``max_new_tokens``
+(the HF backend reports each decode segment; the others when the call returns); the agent's ``run`` is a
+:func:`budget` of ``max_rounds`` generations per episode, revised after each round by how its episodes stop;
+inside it, a generation plans nothing more. A driver gets running totals through :func:`metering`; with no meter
+set (a server, a test), every call here is a no-op.
+"""
+from __future__ import annotations
+
+import functools
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Callable, Hashable, Iterator, NamedTuple
+
+from tqdm.auto import tqdm
+
+
+class Work(NamedTuple):
+    """Running totals of a metered block, in budget tokens."""
+    planned: int = 0        # the budget: what the work may take, as far as it is planned
+    generated: int = 0      # tokens decoded
+    credited: int = 0       # budget known never to be used
+
+    @property
+    def spent(self) -> int:
+        return self.generated + self.credited
+
+
+@dataclass
+class _Meter:
+    report: Callable[[Work], None]
+    work: Work = Work()
+    scopes: list = field(default_factory=list)
+
+    def add(self, planned: int = 0, generated: int = 0, credited: int = 0) -> None:
+        if planned or generated or credited:    # planned < 0: a budget revised down
+            w = self.work
+            self.work = Work(w.planned + planned, w.generated + generated, w.credited + credited)
+            self.report(self.work)
+
+
+@dataclass
+class Plan:
+    """An open :func:`budget`: what it planned and spent so far; :meth:`replan` revises what it expects."""
+    planned: int
+    spent: int = 0
+    meter: _Meter | None = None
+
+    def replan(self, tokens: float) -> None:
+        """The work is now expected to take ``tokens`` in all (never less than already spent); the bar's total
+        follows when this is the outermost budget."""
+        if self.meter is None:
+            return
+        new = max(int(round(tokens)), self.spent)
+        if self.meter.scopes and self.meter.scopes[0] is self:
+            self.meter.add(planned=new - self.planned)
+        self.planned = new
+
+
+_METER: ContextVar[_Meter | None] = ContextVar("toolwise_progress_meter", default=None)
+
+
+@contextmanager
+def metering(report: Callable[[Work], None]) -> Iterator[None]:
+    """Within this block, generation is counted and ``report`` gets the running :class:`Work` at each change."""
+    token = _METER.set(_Meter(report))
+    try:
+        yield
+    finally:
+        _METER.reset(token)
+
+
+@contextmanager
+def budget(tokens: int) -> Iterator[Plan]:
+    """Work of at most ``tokens`` budget tokens: planned now (unless an enclosing budget already covers it), and
+    whatever of it was not spent when the block ends is credited then (it will never be used). Yields the
+    :class:`Plan`, which the work may revise as it learns how much it will take."""
+    meter = _METER.get()
+    if meter is None:
+        yield Plan(int(tokens))
+        return
+    plan = Plan(max(int(tokens), 0), meter=meter)
+    if not meter.scopes:
+        meter.add(planned=plan.planned)
+    meter.scopes.append(plan)
+    try:
+        yield plan
+    finally:
+        credit(plan.planned - plan.spent)       # while on the stack: the enclosing budgets get it too
+        meter.scopes.remove(plan)
+
+
+def generated(tokens: int) -> None:
+    """``tokens`` decoded (the enclosing budgets spent by as much)."""
+    _spend(int(tokens), 0)
+
+
+def credit(tokens: int) -> None:
+    """``tokens`` of the enclosing budgets that will never be used (a row that stopped, an unused generation)."""
+    _spend(0, int(tokens))
+
+
+def _spend(generated_: int, credited: int) -> None:
+    meter = _METER.get()
+    tokens = generated_ + credited
+    if meter is None or tokens <= 0:
+        return
+    for plan in meter.scopes:
+        plan.spent += tokens
+    if not meter.scopes:        # work nobody planned: it moves the total and the count alike
+        meter.add(tokens, generated_, credited)
+        return
+    outer = meter.scopes[0]
+    # past the outermost plan (a budget that underestimated): the total grows, so the bar never runs past it
+    over = min(tokens, max(outer.spent - outer.planned, 0))
+    outer.planned += over
+    meter.add(over, generated_, credited)
+
+
+def generation(generate: Callable) -> Callable:
+    """A backend's ``generate(prompts, params, ...)`` as a :func:`budget` of rows × ``params.max_new_tokens``:
+    what the backend does not report as it decodes is credited when the call returns."""
+    @functools.wraps(generate)
+    def metered(self, prompts, params=None, *args, **kw):
+        call = (lambda: generate(self, prompts, *args, **kw)) if params is None else \
+            (lambda: generate(self, prompts, params, *args, **kw))
+        if _METER.get() is None:
+            return call()
+        with budget(len(prompts) * int(getattr(params, "max_new_tokens", 0) or 0)):
+            return call()
+    return metered
+
+
+def expected_tokens(work: Work) -> float:
+    """What ``work`` is expected to generate in all: what it generated, and its open budget at the share of the
+    spent budget that was generated (before anything is spent: all of it)."""
+    fill = work.generated / work.spent if work.spent else 1.0
+    return work.generated + max(work.planned - work.spent, 0) * fill
+
+
+class BudgetBar:
+    """The driver's bar over a map of shards (``executor.map(..., on_tick=bar.tick, on_work=bar.work)``): generated
+    tokens, with :func:`expected_tokens` as the total and finished items in the postfix. ``items``: key -> the
+    number of items (tasks) of each shard to do. A shard's budget is known once it starts; until every shard has,
+    the total counts the others at the tokens per item of those that did (the shards of a map are alike)."""
+
+    def __init__(self, desc: str, items: dict[Hashable, int], unit: str = "task", done_items: int = 0,
+                 total_items: int | None = None, **tqdm_kw):
+        self.items = dict(items)
+        self.n_items = sum(self.items.values())
+        self.done_items = done_items
+        self.total_items = total_items if total_items is not None else self.n_items + done_items
+        self.unit_items = unit
+        self.work_of: dict[Hashable, Work] = {}
+        # smoothing=0: the rate is the average since the start, not of the last few updates (segments and rounds
+        # come in bursts; the average over the run is the steadier estimate)
+        self.bar = tqdm(total=None, desc=desc, unit="tok", unit_scale=True, smoothing=0, dynamic_ncols=True,
+                        **tqdm_kw)
+        self._postfix()
+
+    def tick(self, _key: Hashable = None) -> None:
+        """An item (a task's episode) finished."""
+        self.done_items += 1
+        self._postfix()
+
+    def work(self, key: Hashable, work: Work) -> None:
+        """Shard ``key``'s totals so far (cumulative, so a redone shard restates rather than adds)."""
+        self.work_of[key] = Work(*work)
+        # one share generated for every shard (a shard that just started has spent nothing to learn it from)
+        expected = expected_tokens(Work(*map(sum, zip(*self.work_of.values()))))
+        done = sum(w.generated for w in self.work_of.values())
+        started = sum(self.items.get(k, 0) for k in self.work_of)
+        rest = self.n_items - started
+        total = expected + (expected / started * rest if started and rest > 0 else 0)
+        self.bar.total = max(int(round(total)), done)
+        self.bar.update(done - self.bar.n)
+
+    def eta_s(self) -> float | None:
+        """Seconds left by the bar's own estimate (what it prints), None before it has one."""
+        d = self.bar.format_dict
+        if not d["total"] or not d["n"] or not d["elapsed"]:
+            return None
+        return (d["total"] - d["n"]) / (d["n"] / d["elapsed"])
+
+    def _postfix(self) -> None:
+        self.bar.set_postfix_str(f"{self.done_items}/{self.total_items} {self.unit_items}s", refresh=False)
+
+    def close(self) -> None:
+        self.bar.close()
+
+    def __enter__(self) -> "BudgetBar":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
