@@ -8,8 +8,8 @@ how many a task will generate is unknown in advance. What is known is a *budget*
 ``max_new_tokens`` per row, an episode has so many rounds. So the work is counted in budget tokens, of two kinds:
 *generated* (a token decoded) and *credited* (budget known never to be used: the rest of a row that stopped, a
 generation's unused budget when it returns). The bar shows the generated tokens; its total adds the budget still
-open times the share of the spent budget that was generated, so the ETA extrapolates the decoding rate over the
-work the budget says is left (``tests/data_builders/test_progress.py`` checks a batched build's ETA).
+open times the share of their budget the generations that ended used, so the ETA extrapolates the decoding rate
+over the work the budget says is left (``tests/data_builders/test_progress.py`` checks a batched build's ETA).
 
 Who counts: the code that generates. A backend's ``generate`` is a :func:`budget` of rows × ``max_new_tokens``
 (the HF backend reports each decode segment; the others when the call returns); the agent's ``run`` is a
@@ -30,9 +30,15 @@ from tqdm.auto import tqdm
 
 class Work(NamedTuple):
     """Running totals of a metered block, in budget tokens."""
-    planned: int = 0        # the budget: what the work may take, as far as it is planned
-    generated: int = 0      # tokens decoded
-    credited: int = 0       # budget known never to be used
+    planned: int = 0            # the budget: what the work may take, as far as it is planned
+    generated: int = 0          # tokens decoded
+    credited: int = 0           # budget known never to be used
+    # of the batches that finished (a backend call, or each batch of one): tokens decoded and their budget. The
+    # share used is learned from whole batches: mid-batch, the rows still decoding have used all they spent and
+    # the rows that stopped are the short ones, so neither is a fair sample
+    closed_generated: int = 0
+    closed_budget: int = 0
+    running: int = 0            # budget not yet spent of the backend calls under way (their rows still to end)
 
     @property
     def spent(self) -> int:
@@ -45,19 +51,25 @@ class _Meter:
     work: Work = Work()
     scopes: list = field(default_factory=list)
 
-    def add(self, planned: int = 0, generated: int = 0, credited: int = 0) -> None:
-        if planned or generated or credited:    # planned < 0: a budget revised down
-            w = self.work
-            self.work = Work(w.planned + planned, w.generated + generated, w.credited + credited)
+    def add(self, planned: int = 0, generated: int = 0, credited: int = 0, closed_generated: int = 0,
+            closed_budget: int = 0) -> None:
+        delta = (planned, generated, credited, closed_generated, closed_budget)
+        if any(delta):      # planned < 0: a budget revised down
+            running = sum(p.planned - p.spent for p in self.scopes if p.call)
+            self.work = Work(*(a + b for a, b in zip(self.work, delta)), running)
             self.report(self.work)
 
 
 @dataclass
 class Plan:
-    """An open :func:`budget`: what it planned and spent so far; :meth:`replan` revises what it expects."""
+    """An open :func:`budget`: what it planned, spent and closed so far; :meth:`replan` revises what it expects."""
     planned: int
     spent: int = 0
+    generated: int = 0
+    closed_generated: int = 0
+    closed_budget: int = 0
     meter: _Meter | None = None
+    call: bool = False          # a backend call (a generation), not a plan of several
 
     def replan(self, tokens: float) -> None:
         """The work is now expected to take ``tokens`` in all (never less than already spent); the bar's total
@@ -84,15 +96,16 @@ def metering(report: Callable[[Work], None]) -> Iterator[None]:
 
 
 @contextmanager
-def budget(tokens: int) -> Iterator[Plan]:
+def budget(tokens: int, call: bool = False) -> Iterator[Plan]:
     """Work of at most ``tokens`` budget tokens: planned now (unless an enclosing budget already covers it), and
     whatever of it was not spent when the block ends is credited then (it will never be used). Yields the
-    :class:`Plan`, which the work may revise as it learns how much it will take."""
+    :class:`Plan`, which the work may revise as it learns how much it will take. ``call``: the block is one backend
+    call (a generation whose rows decode together)."""
     meter = _METER.get()
     if meter is None:
         yield Plan(int(tokens))
         return
-    plan = Plan(max(int(tokens), 0), meter=meter)
+    plan = Plan(max(int(tokens), 0), meter=meter, call=call)
     if not meter.scopes:
         meter.add(planned=plan.planned)
     meter.scopes.append(plan)
@@ -100,6 +113,7 @@ def budget(tokens: int) -> Iterator[Plan]:
         yield plan
     finally:
         credit(plan.planned - plan.spent)       # while on the stack: the enclosing budgets get it too
+        close(plan.generated - plan.closed_generated, plan.planned - plan.closed_budget)
         meter.scopes.remove(plan)
 
 
@@ -113,6 +127,18 @@ def credit(tokens: int) -> None:
     _spend(0, int(tokens))
 
 
+def close(generated_: int, budget_: int) -> None:
+    """Work ended (a budget's block), having decoded ``generated_`` tokens of its ``budget_``: what the share of
+    budget the work uses is learned from."""
+    meter = _METER.get()
+    if meter is None or budget_ <= 0:
+        return
+    for plan in meter.scopes:
+        plan.closed_generated += generated_
+        plan.closed_budget += budget_
+    meter.add(closed_generated=generated_, closed_budget=budget_)
+
+
 def _spend(generated_: int, credited: int) -> None:
     meter = _METER.get()
     tokens = generated_ + credited
@@ -120,8 +146,9 @@ def _spend(generated_: int, credited: int) -> None:
         return
     for plan in meter.scopes:
         plan.spent += tokens
-    if not meter.scopes:        # work nobody planned: it moves the total and the count alike
-        meter.add(tokens, generated_, credited)
+        plan.generated += generated_
+    if not meter.scopes:        # work nobody planned: it moves the total and the count alike, closed at once
+        meter.add(tokens, generated_, credited, generated_, tokens)
         return
     outer = meter.scopes[0]
     # past the outermost plan (a budget that underestimated): the total grows, so the bar never runs past it
@@ -139,23 +166,30 @@ def generation(generate: Callable) -> Callable:
             (lambda: generate(self, prompts, params, *args, **kw))
         if _METER.get() is None:
             return call()
-        with budget(len(prompts) * int(getattr(params, "max_new_tokens", 0) or 0)):
+        with budget(len(prompts) * int(getattr(params, "max_new_tokens", 0) or 0), call=True):
             return call()
     return metered
 
 
 def expected_tokens(work: Work) -> float:
-    """What ``work`` is expected to generate in all: what it generated, and its open budget at the share of the
-    spent budget that was generated (before anything is spent: all of it)."""
-    fill = work.generated / work.spent if work.spent else 1.0
+    """What ``work`` is expected to generate in all: what it generated, and its open budget at the share of their
+    budget the batches that finished used (before one finished: the first one's, its live rows expected to stop
+    halfway through the budget they have left; before anything: all of it)."""
+    if work.closed_budget:
+        fill = work.closed_generated / work.closed_budget
+    elif work.spent + work.running:
+        # the first batch still decoding: its live rows expected to stop halfway through the budget they have left
+        fill = (work.generated + work.running / 2) / (work.spent + work.running)
+    else:
+        fill = 1.0
     return work.generated + max(work.planned - work.spent, 0) * fill
 
 
 class BudgetBar:
     """The driver's bar over a map of shards (``executor.map(..., on_tick=bar.tick, on_work=bar.work)``): generated
-    tokens, with :func:`expected_tokens` as the total and finished items in the postfix. ``items``: key -> the
-    number of items (tasks) of each shard to do. A shard's budget is known once it starts; until every shard has,
-    the total counts the others at the tokens per item of those that did (the shards of a map are alike)."""
+    tokens, finished items in the postfix. ``items``: key -> the number of items (tasks) of each shard to do. The
+    total: until a shard has finished, :func:`expected_tokens` of the shards that started, and the others at their
+    tokens per item; then every shard at the tokens per item of the finished ones."""
 
     def __init__(self, desc: str, items: dict[Hashable, int], unit: str = "task", done_items: int = 0,
                  total_items: int | None = None, **tqdm_kw):
@@ -165,26 +199,37 @@ class BudgetBar:
         self.total_items = total_items if total_items is not None else self.n_items + done_items
         self.unit_items = unit
         self.work_of: dict[Hashable, Work] = {}
+        self.ticks: dict[Hashable, int] = {}
         # smoothing=0: the rate is the average since the start, not of the last few updates (segments and rounds
         # come in bursts; the average over the run is the steadier estimate)
         self.bar = tqdm(total=None, desc=desc, unit="tok", unit_scale=True, smoothing=0, dynamic_ncols=True,
                         **tqdm_kw)
         self._postfix()
 
-    def tick(self, _key: Hashable = None) -> None:
-        """An item (a task's episode) finished."""
+    def tick(self, key: Hashable = None) -> None:
+        """An item (a task's episode) of shard ``key`` finished."""
         self.done_items += 1
+        self.ticks[key] = self.ticks.get(key, 0) + 1
         self._postfix()
 
     def work(self, key: Hashable, work: Work) -> None:
         """Shard ``key``'s totals so far (cumulative, so a redone shard restates rather than adds)."""
         self.work_of[key] = Work(*work)
-        # one share generated for every shard (a shard that just started has spent nothing to learn it from)
-        expected = expected_tokens(Work(*map(sum, zip(*self.work_of.values()))))
         done = sum(w.generated for w in self.work_of.values())
-        started = sum(self.items.get(k, 0) for k in self.work_of)
-        rest = self.n_items - started
-        total = expected + (expected / started * rest if started and rest > 0 else 0)
+        finished = [k for k in self.work_of if self.ticks.get(k, 0) >= self.items.get(k, 0) > 0]
+        if finished:
+            # once a shard has finished, what it generated per item is the best guess for the others (shards of a
+            # map are alike); a shard already past that guess is expected to end where it is
+            per_item = sum(self.work_of[k].generated for k in finished) / sum(self.items[k] for k in finished)
+            total = sum(self.work_of[k].generated if k in finished else
+                        max(per_item * n, self.work_of[k].generated if k in self.work_of else 0)
+                        for k, n in self.items.items())
+        else:
+            # one share generated for every shard (a shard that just started has spent nothing to learn it from)
+            expected = expected_tokens(Work(*map(sum, zip(*self.work_of.values()))))
+            started = sum(self.items.get(k, 0) for k in self.work_of)
+            rest = self.n_items - started
+            total = expected + (expected / started * rest if started and rest > 0 else 0)
         self.bar.total = max(int(round(total)), done)
         self.bar.update(done - self.bar.n)
 

@@ -117,12 +117,14 @@ def expected_generations(taken: list[int], active: list[tuple[int, int]], queued
     episodes' ``taken``; for each episode still going (``active``: its generations so far and the rounds it may
     take now, which a continue extends) or not started (``queued``, ``rounds`` each) the expectation under one stop
     rate per round — the share of the rounds seen so far after which an episode stopped — capped by the rounds it
-    has. Before any episode stopped, every round it has is expected."""
+    has. Before any episode stopped, a stop equally likely in each round it has left."""
     seen = sum(taken) + sum(r for r, _ in active)
     rate = len(taken) / seen if seen else 0.0
-    more = 1 / rate if rate > 0 else float("inf")     # rounds until a stop, the stopping one included
-    return (sum(taken) + sum(r + min(more, max(cap - r, 1)) for r, cap in active)
-            + queued * min(more, rounds))
+
+    def more(left: int) -> float:       # generations still to come, the stopping one included
+        left = max(left, 1)
+        return min(1 / rate, left) if rate > 0 else (left + 1) / 2
+    return sum(taken) + sum(r + more(cap - r) for r, cap in active) + queued * more(rounds)
 
 
 class Agent:

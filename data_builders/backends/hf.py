@@ -442,6 +442,7 @@ class HFBackend(ChatText, Backend):
         logprobs: list[list[float]] = [[] for _ in live]
         gens: list[Generation | None] = [None] * len(live)
         left = params.max_new_tokens
+        batch_generated = 0         # progress: what this batch decoded, closed when its last row ends
         while True:
             extra = {self._cache_kw: cache} if cache is not None else {}
             recorder = _LogprobRecorder() if return_logprobs else None
@@ -475,11 +476,13 @@ class HFBackend(ChatText, Backend):
             # progress (data_builders.progress): the segment's tokens, and the budget the rows that stopped leave
             progress.generated(progress_after)
             progress.credit(len(ended) * max(left, 0))
+            batch_generated += progress_after
             cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
             if keys is not None and ended:
                 self._store(cache, out.sequences, mask, width, ended, [n_prompt[live[b]] for b in ended],
                             [gens[live[b]] for b in ended], [keys[live[b]] for b in ended])
             if len(ended) == len(live):
+                progress.close(batch_generated, len(gens) * params.max_new_tokens)
                 return gens  # type: ignore[return-value]
             keep = [b for b in range(len(live)) if b not in set(ended)]    # still decoding
             if ended:

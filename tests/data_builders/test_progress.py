@@ -29,16 +29,16 @@ def test_a_budget_is_planned_up_front_and_spent_in_full_by_its_end():
     seen, meter = metered()
     with meter:
         with progress.budget(100) as plan:      # an agent's rounds
-            assert seen[-1] == (100, 0, 0)
+            assert seen[-1][:3] == (100, 0, 0)
             with progress.budget(40):           # one generation inside it plans nothing more
                 progress.generated(10)
-            assert seen[-1] == (100, 10, 30)    # its unused 30 credited when it returned
+            assert seen[-1][:3] == (100, 10, 30)    # its unused 30 credited when it returned
             plan.replan(70)                     # the agent expects less now
-            assert seen[-1] == (70, 10, 30)
+            assert seen[-1][:3] == (70, 10, 30)
             progress.generated(20)
-        assert seen[-1] == (70, 30, 40) and seen[-1].spent == 70
+        assert seen[-1][:3] == (70, 30, 40) and seen[-1].spent == 70 and seen[-1][3:] == (30, 70, 0)
         progress.generated(7)                   # work outside any budget moves total and count alike
-        assert seen[-1] == (77, 37, 40)
+        assert seen[-1][:3] == (77, 37, 40)
 
 
 def test_work_past_its_plan_grows_the_total_and_no_meter_is_a_no_op():
@@ -48,16 +48,20 @@ def test_work_past_its_plan_grows_the_total_and_no_meter_is_a_no_op():
             progress.generated(8)
             progress.generated(5)
             plan.replan(2)                      # never below what is spent
-        assert seen[-1] == (13, 13, 0) and all(w.spent <= w.planned for w in seen)
+        assert seen[-1][:3] == (13, 13, 0) and all(w.spent <= w.planned for w in seen)
     progress.generated(5)                       # outside a meter: nothing to report to, nothing raised
     with progress.budget(3) as plan:
         plan.replan(1)
-    assert seen[-1] == (13, 13, 0)
+    assert seen[-1][:3] == (13, 13, 0)
 
 
 def test_the_expected_tokens_scale_the_open_budget_by_the_share_generated():
     assert progress.expected_tokens(progress.Work(1000, 0, 0)) == 1000
-    assert progress.expected_tokens(progress.Work(1000, 100, 100)) == 100 + 800 * 0.5
+    # calls that returned used 30 of their 100: the open 800 at that share
+    assert progress.expected_tokens(progress.Work(1000, 150, 50, 30, 100)) == 150 + 800 * 0.3
+    # the first batch still decoding: 100 generated, 100 credited (rows that stopped), 200 left to its live rows,
+    # expected to stop halfway through it
+    assert progress.expected_tokens(progress.Work(1000, 100, 100, 0, 0, 200)) == 100 + 800 * (200 / 400)
 
 
 def test_the_bar_extrapolates_the_shards_not_started_from_those_that_did():
@@ -73,6 +77,18 @@ def test_the_bar_extrapolates_the_shards_not_started_from_those_that_did():
     assert (bar.bar.total, bar.bar.n) == (500, 500)
     bar.tick()
     assert bar.done_items == 1 and bar.total_items == 10
+    bar.close()
+
+
+def test_once_a_shard_finished_the_others_are_expected_at_its_tokens_per_item():
+    bar = progress.BudgetBar("t", {0: 4, 1: 4, 2: 2}, file=io.StringIO())
+    for _ in range(4):
+        bar.tick(0)
+    bar.work(0, progress.Work(400, 120, 280))              # finished: 30 tokens per item
+    bar.work(1, progress.Work(400, 30, 50))
+    assert bar.bar.total == 120 + 4 * 30 + 2 * 30
+    bar.work(1, progress.Work(400, 150, 150))              # past the guess: expected to end where it is
+    assert bar.bar.total == 120 + 150 + 2 * 30
     bar.close()
 
 
@@ -116,14 +132,16 @@ class TimedBackend(Backend):
                  constraints=None):
         texts = [self._reply(p, params.max_new_tokens) for p in prompts]
         lengths = [min(len(t.split()), params.max_new_tokens) for t in texts]
-        left, live = params.max_new_tokens, list(range(len(prompts)))
+        left, live, decoded = params.max_new_tokens, list(range(len(prompts))), 0
         while live:
             time.sleep(ROW_S * len(live))
             left -= SEGMENT
             ended = [r for r in live if lengths[r] <= params.max_new_tokens - left or left <= 0]
             progress.generated(len(live) * SEGMENT)
             progress.credit(len(ended) * max(left, 0))
+            decoded += len(live) * SEGMENT
             live = [r for r in live if r not in ended]
+        progress.close(decoded, len(prompts) * params.max_new_tokens)     # the batch ended, as HF's does
         return [Generation(text=t, token_ids=list(range(n)), prompt_tokens=len(p.split()), finish_reason="stop",
                            logprobs=[-0.5] * n if return_logprobs else None)
                 for t, n, p in zip(texts, lengths, prompts)]
@@ -168,3 +186,14 @@ def test_a_batched_builds_eta_is_within_2x_of_the_truth_after_a_tenth_of_the_wor
         truth = total_s - t
         assert eta is not None and truth / 2 - slack <= eta <= 2 * truth + slack, \
             f"at {t:.2f} s of {total_s:.2f} s the bar said {eta:.2f} s left, the truth was {truth:.2f} s"
+
+
+def test_an_agents_expected_generations_follow_its_stop_rate():
+    from data_builders.agent.loop import expected_generations
+
+    # before any stop: a stop equally likely in each round left (1 done of 3: 2 or 3 in all, 2.5 expected)
+    assert expected_generations([], [(1, 3)], 0, 3) == 2.5
+    assert expected_generations([], [], 2, 3) == 2 * 2.0
+    # two stopped after 2 rounds each (2 stops in 6 rounds seen): 3 rounds to a stop, capped by the rounds left
+    assert expected_generations([2, 2], [(2, 5)], 1, 3) == 4 + (2 + 3) + 3
+    assert expected_generations([2, 2], [(2, 3)], 0, 3) == 4 + (2 + 1)
