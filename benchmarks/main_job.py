@@ -262,7 +262,32 @@ def run_job(work: Path, label: str, args, extra: list[str], settings: list[str])
     found = FIGURES.findall(proc.stdout)
     s["figures"] = found[-1] if found else "(no figures line)"
     s["figures_key"] = re.sub(r" seconds=\S+", "", s["figures"])   # the job's own timing is not a figure
+    s["eta"] = eta_check(proc.stderr)
     return s
+
+
+BAR = re.compile(r"^(?P<desc>[^:\n]+):\s+\d+%\|[^|]*\|\s*\S+/\S+ \[(?P<el>[\d:]+)<(?P<rem>[\d:]+)", re.M)
+
+
+def eta_check(stderr: str) -> dict[str, list]:
+    """How far each progress bar's ETA was from the truth (the bar's own end), from the job's stderr: per bar, the
+    worst ratio (said / true time left) once 10 % of its time had passed, and from when on it stayed within 2×.
+    The last 5 % of a bar are not judged (a remainder of seconds, printed in whole seconds)."""
+    def secs(text: str) -> int:
+        return sum(int(v) * 60 ** i for i, v in enumerate(reversed(text.split(":"))))
+    bars: dict[str, list[tuple[int, int]]] = {}
+    for m in BAR.finditer(stderr.replace("\r", "\n")):
+        bars.setdefault(m["desc"].strip(), []).append((secs(m["el"]), secs(m["rem"])))
+    out = {}
+    for desc, rows in bars.items():
+        end = rows[-1][0]
+        judged = [(el, rem / (end - el)) for el, rem in rows if end >= 20 and 0.1 * end <= el <= 0.95 * end]
+        if judged:
+            worst = max(judged, key=lambda r: max(r[1], 1 / r[1]) if r[1] else float("inf"))
+            within = next((el for i, (el, _) in enumerate(judged)
+                           if all(0.5 <= r <= 2 for _, r in judged[i:])), None)
+            out[desc] = [end, round(worst[1], 2), round(100 * worst[0] / end), within and round(100 * within / end)]
+    return out
 
 
 def report(label: str, s: dict) -> None:
@@ -279,6 +304,9 @@ def report(label: str, s: dict) -> None:
     print(f"main_job_s={s['wall']:.1f} phases=" + ",".join(f"{k}:{s[k]:.1f}" for k in names)
           + f" (rollout {s['rollout']:.1f} = prefill + decode + rollout_other + features)")
     print(f"cpu user {s['user_s']:.1f} s, system {s['sys_s']:.1f} s, minor page faults {s['minor_faults']:,}")
+    for desc, (end, worst, at, within) in s.get("eta", {}).items():
+        print(f"eta {desc!r} ({end} s): worst {worst}x of the truth (at {at} % of its time) after the first 10 %; "
+              + (f"within 2x from {within} % on" if within is not None else "never within 2x to the end"))
     print(s["figures"])
 
 
