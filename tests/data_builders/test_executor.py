@@ -119,7 +119,7 @@ def test_workers_report_progress_while_their_shard_runs(cluster, tiny_model_dir)
     assert (key, result, items) == ("a", 5, list(range(5)))
     assert len(ticks) == 5 and ticks[0] < returned - 0.8      # the first tick came while the shard still ran
     # the shard's generated tokens too, at most every WORK_REPORT_S, the last one complete
-    assert work[0][0] < returned - 0.8 and work[-1][1] == (50, 50, 0)
+    assert work[0][0] < returned - 0.8 and work[-1][1] == (50, 50, 0, 50, 50, 0)     # all generated, all closed
 
 
 def busy_worker_pids() -> list[int]:
