@@ -11,8 +11,8 @@ httpx. Three servers are measured in turn, in the same run: the endpoint with ``
 ``litellm[proxy]`` is installed, ``pip install -e ".[litellm]"``). The endpoint runs under the uvicorn config
 ``python -m runtime.serve`` uses. Half the requests offer tools and get a proposed call (a ToolGate decision), half
 carry a tool result and get an answer (a G-STEP decision); each request asks its own question, so no cache of
-repeated text can stand in for a gate's work. A skip or a continue costs the request another upstream call: the forced gates never
-decide either, the reference ones decide as they were trained (``upstream_calls`` counts them).
+repeated text can stand in for a gate's work. A skip or a continue costs the request another upstream call: the
+forced gates never decide either, the reference ones decide as they were trained (``upstream_calls`` counts them).
 
 ``--gates forced``: the test double's gates (decide at once: the figures are the endpoint's own overhead);
 ``--gates reference``: the committed ToolGate and G-STEP (recipes/checkpoints/reference.yaml) through the runtime

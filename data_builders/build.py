@@ -146,7 +146,7 @@ def run(cfg: DictConfig, command: str | None = None) -> dict:
                     for i, (chunk, chunk_splits) in enumerate(shards) if i not in done]
             with BudgetBar(f"build {kind}", {i: len(shards[i][0]) for i, _ in todo}, unit=unit,
                            done_items=sum(len(shards[i][0]) for i in done), total_items=len(items)) as bar:
-                # The bar counts generation budget (data_builders/progress.py): a shard is one batched rollout
+                # The bar counts generated tokens (data_builders/progress.py): a shard is one batched rollout
                 # whose episodes end together, so a bar of finished tasks sat still for minutes with an ETA of
                 # hours. The store is the single merge point: each shard is written once, by this process, as it
                 # arrives.

@@ -15,8 +15,8 @@ picklable result; ``progress(item)`` reports each finished item (an episode): in
 sat still for minutes on a batched shard of 32 episodes); a redone shard ticks only past what it ticked before, so
 a bar never counts an item twice. ``on_work(key, work)`` is for the same bars in generated tokens
 (``data_builders.progress.Work``: the shard's budget, tokens generated and budget credited, cumulative per shard):
-in-process as they change, on Ray through the same queue at most every ``WORK_REPORT_S``. Results stream back as shards finish
-(``ray.wait``), in completion order, so the caller's merge point (the shard store, the trajectory cache, the
+in-process as they change, on Ray through the same queue at most every ``WORK_REPORT_S``. Results stream back as
+shards finish (``ray.wait``), in completion order, so the caller's merge point (the shard store, the trajectory cache, the
 rollout's partial file) gets each one once.
 
 Ray is the scheduler (Ray Core actors, ``max_restarts``): a worker process that dies (killed, OOM, node lost)
@@ -172,17 +172,18 @@ class EngineWorker:
                 ticks[0].put_nowait(ticks[1])
         if ticks is None:
             return progress, work(self.engine, payload, report)
-        last = [0.0, None]      # when the budget was last sent, and what it is now
+        sent_at, latest = 0.0, None     # when the totals were last sent, and what they are now
 
-        def budget(work) -> None:
-            last[1] = ("work", ticks[1], tuple(work))
-            if time.monotonic() - last[0] >= WORK_REPORT_S:
-                ticks[0].put_nowait(last[1])
-                last[0] = time.monotonic()
-        with metering(budget):
+        def send(totals) -> None:
+            nonlocal sent_at, latest
+            latest = ("work", ticks[1], tuple(totals))
+            if time.monotonic() - sent_at >= WORK_REPORT_S:
+                ticks[0].put_nowait(latest)
+                sent_at = time.monotonic()
+        with metering(send):
             result = work(self.engine, payload, report)
-        if last[1] is not None:
-            ticks[0].put_nowait(last[1])
+        if latest is not None:
+            ticks[0].put_nowait(latest)
         return progress, result
 
 

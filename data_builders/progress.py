@@ -161,13 +161,12 @@ def generation(generate: Callable) -> Callable:
     """A backend's ``generate(prompts, params, ...)`` as a :func:`budget` of rows × ``params.max_new_tokens``:
     what the backend does not report as it decodes is credited when the call returns."""
     @functools.wraps(generate)
-    def metered(self, prompts, params=None, *args, **kw):
-        call = (lambda: generate(self, prompts, *args, **kw)) if params is None else \
-            (lambda: generate(self, prompts, params, *args, **kw))
+    def metered(self, prompts, *args, **kw):
         if _METER.get() is None:
-            return call()
+            return generate(self, prompts, *args, **kw)
+        params = args[0] if args else kw.get("params")
         with budget(len(prompts) * int(getattr(params, "max_new_tokens", 0) or 0), call=True):
-            return call()
+            return generate(self, prompts, *args, **kw)
     return metered
 
 
@@ -178,7 +177,6 @@ def expected_tokens(work: Work) -> float:
     if work.closed_budget:
         fill = work.closed_generated / work.closed_budget
     elif work.spent + work.running:
-        # the first batch still decoding: its live rows expected to stop halfway through the budget they have left
         fill = (work.generated + work.running / 2) / (work.spent + work.running)
     else:
         fill = 1.0

@@ -69,7 +69,7 @@ def run(cfg: DictConfig) -> dict:
         # Each episode is appended as it finishes (completion order; with Ray, as its shard returns), so a failure
         # or a kill later in the run keeps every finished one; a separate file, so a failed rerun never truncates
         # an earlier run's trajectories.jsonl.
-        # the bar counts generation budget (data_builders/progress.py), finished tasks in its postfix
+        # the bar counts generated tokens (data_builders/progress.py), finished tasks in its postfix
         with partial.open("w", encoding="utf-8") as sink, \
                 BudgetBar(f"rollout {agent_cfg.mode}", {i: len(sh) for i, sh in enumerate(shards)}) as bar:
             def finished(_shard: int, traj: Trajectory) -> None:

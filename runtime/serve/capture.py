@@ -14,7 +14,7 @@ Off the request path: the request only appends its record to a bounded queue (``
 drops the record (``toolwise_capture_dropped_total``), never slows the request. A writer thread wakes every
 ``capture.flush_s`` (10 ms) — on a timer, not per record: a thread woken by each record asked the event loop's
 thread for the GIL hundreds of times a second, and on a loaded machine each forced hand-over waited for the
-scheduler (measured: +1.2 ms p50, −3.6 % requests/s at 500 requests/s; on a timer: +0.2 ms, −1.6 %;
+scheduler (measured: +1.2 ms p50, −3.6 % requests/s at 500 requests/s; on a timer: +0.6 ms, −2.1 %;
 ``benchmarks/serve_load.py --capture``) — takes everything queued, redacts
 (``capture.redact``: regexes whose matches in any string become ``[REDACTED]``; ``capture.redactor``: a
 ``module:function`` that gets each record and returns it, or None to drop it) — before anything reaches disk —
@@ -22,8 +22,8 @@ serializes, appends each batch with one write (unbuffered: it is in the OS at on
 ``capture.fsync_s`` seconds.
 Files rotate past ``capture.max_file_bytes`` (``capture-<start>-<n>.jsonl``). Crash safety: a record is one line
 written whole within its batch's one ``write``; a process killed mid-write leaves at most one incomplete last line, which
-:func:`read_capture` skips (and counts), so a SIGKILL loses the records still queued (at most ``flush_s`` worth)
-and the batch being written, and every stored record reads back."""
+:func:`read_capture` skips (and counts), so a SIGKILL loses the records still queued (at most ``flush_s``
+worth) and the batch being written, and every stored record reads back."""
 from __future__ import annotations
 
 import collections
@@ -78,8 +78,8 @@ class Capture:
     """The capture store of one server: :meth:`record` from the request path, a writer thread behind it."""
 
     def __init__(self, directory: str | Path, *, queue_size: int = 1024, max_file_bytes: int = 64 * 2**20,
-                 flush_s: float = 0.01, fsync_s: float = 1.0, redact: list[str] | None = None, redactor: str | Callable | None = None,
-                 metrics: Any = None):
+                 flush_s: float = 0.01, fsync_s: float = 1.0, redact: list[str] | None = None,
+                 redactor: str | Callable | None = None, metrics: Any = None):
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.max_file_bytes, self.flush_s, self.fsync_s = int(max_file_bytes), float(flush_s), float(fsync_s)

@@ -16,8 +16,9 @@ import data_builders.build
 import recipes
 from data_builders import progress
 from data_builders.backends import loading
-from data_builders.backends.base import Backend, Generation
+from data_builders.backends.base import Generation
 from data_builders.protocol import TOOL_CALL_CLOSE, TOOL_CALL_OPEN
+from tests.doubles import ScriptedBackend
 
 
 def metered():
@@ -97,25 +98,15 @@ SEGMENT = 4             # tokens per decode segment, as the HF backend decodes i
 ROW_S = 0.002          # seconds per row and segment: a batched decode step costs more the more rows decode
 
 
-class TimedBackend(Backend):
+class TimedBackend(ScriptedBackend):
     """Replies by rule (0-2 calls to the environment's first tool before the answer, by task; some reasoning of
     0-35 words before each call or answer) and takes time as a batched decode does: per segment of SEGMENT tokens,
     ROW_S per row still decoding. Reports its tokens per segment, as the HF backend does."""
 
-    model_id = "timed"
-    n_layers = 2
+    def __init__(self):
+        super().__init__({})
 
-    @property
-    def fingerprint(self):
-        return "timed@0"
-
-    def render(self, messages, tools=None):
-        return json.dumps({"messages": messages, "tools": [t["function"]["name"] for t in tools or []]})
-
-    def count_tokens(self, text):
-        return len(text.split())
-
-    def _reply(self, prompt: str, budget: int) -> str:
+    def _reply(self, prompt: str) -> str:
         doc = json.loads(prompt[:prompt.rindex("}") + 1])
         question = next(m["content"] for m in doc["messages"] if m["role"] == "user")
         h = int(hashlib.sha256(question.encode()).hexdigest(), 16)
@@ -130,7 +121,7 @@ class TimedBackend(Backend):
     @progress.generation
     def generate(self, prompts, params=None, *, prefill_state=None, return_logprobs=False, cache_keys=None,
                  constraints=None):
-        texts = [self._reply(p, params.max_new_tokens) for p in prompts]
+        texts = [self._reply(p) for p in prompts]
         lengths = [min(len(t.split()), params.max_new_tokens) for t in texts]
         left, live, decoded = params.max_new_tokens, list(range(len(prompts))), 0
         while live:
@@ -146,8 +137,6 @@ class TimedBackend(Backend):
                            logprobs=[-0.5] * n if return_logprobs else None)
                 for t, n, p in zip(texts, lengths, prompts)]
 
-    def prefill(self, prompts, layers=None):
-        raise AssertionError("not a probe build")
 
 
 @pytest.mark.parametrize("shard_size", [48, 16])

@@ -250,7 +250,7 @@ def run_arms(executor, jobs: list[tuple[Arm, list, TrajectoryCache]], agent_kw: 
     finished: dict[str, list[Trajectory]] = {name: [] for name in state}
     seconds = dict.fromkeys(state, 0.0)
     payloads = dict(items)
-    # the bar counts generation budget (data_builders/progress.py), finished tasks in its postfix
+    # the bar counts generated tokens (data_builders/progress.py), finished tasks in its postfix
     with BudgetBar("arms", {key: len(payload[1]) for key, payload in items}, leave=False) as bar:
         def progress(key, traj: Trajectory) -> None:
             finished[key[0]].append(traj)
