@@ -46,7 +46,12 @@ ROOT = Path(__file__).resolve().parents[1]
 # HFBackend's code-path switches (class attributes) and what their previous path was
 PATHS = {"kv_cache": "dynamic: the library's DynamicCache (a copy of the whole cache at every token)",
          "decode_segment": "0: one generate call per batch (rows that stopped keep decoding until the last does)",
-         "tune_malloc": "false: glibc's malloc defaults (large temporaries unmapped when freed, faulted in again)"}
+         "tune_malloc": "false: glibc's malloc defaults (large temporaries unmapped when freed, faulted in again)",
+         "staged_prefill": "false: each batch of prompts (grouped by whole length) prefilled and decoded by one "
+                           "generate call",
+         "prefix_pool_mib": "0: no KV kept for prompt prefixes that several prompts share",
+         "ragged_attention": "false: transformers' SDPA reads every row's keys and values from the batch's left edge",
+         "decode_ratio": "a decode batch's longest prompt over its shortest (a setting, not a previous path)"}
 FIGURES = re.compile(r"^g_step: test_auroc=.*$", re.M)
 
 
@@ -182,7 +187,8 @@ def child(args, overrides: list[str]) -> None:
             raise
     s = timer.summary()
     usage = resource.getrusage(resource.RUSAGE_SELF)     # the whole child: its kernel time is mostly page faults
-    s |= {"user_s": usage.ru_utime, "sys_s": usage.ru_stime, "minor_faults": usage.ru_minflt}
+    s |= {"user_s": usage.ru_utime, "sys_s": usage.ru_stime, "minor_faults": usage.ru_minflt,
+          "max_rss_mib": usage.ru_maxrss / 1024}
     s["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
     s["threads"] = torch.get_num_threads()
     Path(args.child).write_text(json.dumps(s))
@@ -303,7 +309,8 @@ def report(label: str, s: dict) -> None:
     names = ("startup", "load", "prefill", "decode", "rollout_other", "features", "build_other", "fit")
     print(f"main_job_s={s['wall']:.1f} phases=" + ",".join(f"{k}:{s[k]:.1f}" for k in names)
           + f" (rollout {s['rollout']:.1f} = prefill + decode + rollout_other + features)")
-    print(f"cpu user {s['user_s']:.1f} s, system {s['sys_s']:.1f} s, minor page faults {s['minor_faults']:,}")
+    print(f"cpu user {s['user_s']:.1f} s, system {s['sys_s']:.1f} s, minor page faults {s['minor_faults']:,}, "
+          f"peak RSS {s.get('max_rss_mib', 0):,.0f} MiB")
     for desc, (end, worst, at, within) in s.get("eta", {}).items():
         print(f"eta {desc!r} ({end} s): worst {worst}x of the truth (at {at} % of its time) after the first 10 %; "
               + (f"within 2x from {within} % on" if within is not None else "never within 2x to the end"))

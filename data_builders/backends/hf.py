@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import inspect
 from contextlib import contextmanager
-from typing import Any, Hashable, Iterator, Sequence
+from typing import Any, Callable, Hashable, Iterator, Sequence
 
 import torch
 from transformers import DynamicCache, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
@@ -34,6 +34,8 @@ from .chat import ChatText
 from .fingerprint import adapter_digest, weights_fingerprint
 from .grammar import CallConstraint, GrammarCache, import_xgrammar
 from .malloc import keep_freed_memory
+from .prefix_pool import PrefixPool, common_prefix, shared_prefixes
+from . import ragged_attention
 
 def _position_ids(mask: torch.Tensor) -> torch.Tensor:
     # Same rule as transformers' generate: positions count real tokens only, so left padding and
@@ -117,6 +119,13 @@ class _ReservedLayer(DynamicLayer or object):
         self._set_views(end)
         return self.keys, self.values
 
+    def adopt(self, keys: torch.Tensor, values: torch.Tensor, n: int) -> None:
+        """Take ``keys``/``values`` ([batch, heads, capacity, dim], their first ``n`` tokens written) as the buffers:
+        a batch's kept caches are written into them row by row, with no intermediate concatenation."""
+        self.lazy_initialization(keys, values)
+        self._buffers = [keys, values]
+        self._set_views(n)
+
     def reserve(self, total: int) -> None:
         """Make room for ``total`` tokens now (one copy of the cache so far), not by growing during decoding."""
         self.total = total
@@ -125,7 +134,7 @@ class _ReservedLayer(DynamicLayer or object):
             self._allocate(total, self.keys)
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
-        """Keep the rows ``indices`` (rows that stopped decoding are dropped), in a buffer of the same room."""
+        """Keep the rows ``indices`` (rows that stopped decoding are dropped), in the same buffer."""
         if self._view is None or self.keys is not self._view:
             return super().batch_select_indices(indices)
         n = self.get_seq_length()
@@ -134,9 +143,19 @@ class _ReservedLayer(DynamicLayer or object):
 
     @staticmethod
     def _compact(buf: torch.Tensor, indices: torch.Tensor, n: int) -> torch.Tensor:
-        out = buf.new_empty((len(indices), *buf.shape[1:]))
-        out[:, :, :n] = buf[indices, :, :n]
-        return out
+        """The rows ``indices`` moved to the top of ``buf``, in place: a fresh buffer for every change of the batch
+        (a decode batch's is GBs on CPU) landed in new heap memory each time, faulted in page by page. Ascending
+        indices (rows that stopped, dropped) move up, each read before it is overwritten; any other order is
+        gathered into a new buffer."""
+        rows = indices.tolist()
+        if any(b <= a for a, b in zip(rows, rows[1:])):
+            out = buf.new_empty((len(rows), *buf.shape[1:]))
+            out[:, :, :n] = buf[indices, :, :n]
+            return out
+        for j, i in enumerate(rows):
+            if i != j:
+                buf[j, :, :n] = buf[i, :, :n]
+        return buf[:len(rows)]
 
     def crop(self, tokens_to_remove: int) -> None:
         if self._view is None or self.keys is not self._view:
@@ -248,6 +267,27 @@ class HFBackend(ChatText, Backend):
     tune_malloc = True
     #: stop-string criteria kept (one per distinct ``stop`` tuple; the agent loop uses a handful)
     max_stop_criteria = 32
+    #: Prompts continuing kept caches (``cache_keys``) are prefilled first, in batches grouped by the tokens each
+    #: still needs, and then decoded together, in batches grouped by their whole length (``decode_ratio``): decoding
+    #: streams every weight once per step whatever the batch, so a step of 32 rows costs 3.4x one of 8, not 4x
+    #: (docs/results.md#where-the-main-jobs-time-goes), and a prompt's length says little of what is left to prefill.
+    #: False: each batch (grouped by whole length) prefilled and decoded by one ``generate`` call (the previous
+    #: code path, kept for benchmarks/main_job.py's side-by-side).
+    staged_prefill = True
+    #: a decode batch closes at a row longer than this many times its shortest (each step reads every row's KV at the
+    #: longest row's length: 2.0 split the main job's rounds into two batches, which decoded 1.19x slower than one),
+    #: or at ``decode_batch_tokens`` rows x longest length (its KV cache: 46 KB a token for the embedded model)
+    decode_ratio = 4.0
+    decode_batch_tokens = 65536
+    #: KV of prompt prefixes that several prompts share (an agent's system prompt and tool listing) is computed once
+    #: and kept, least recently used out, up to this many MiB (``prefix_pool.py``); 0: none kept (the previous path)
+    prefix_pool_mib = 512
+    #: shorter shared prefixes are not worth a forward of their own
+    prefix_min_tokens = 32
+    #: On CPU, a model on SDPA attends at each decode step from where each run of rows begins rather than from the
+    #: batch's left edge (``ragged_attention.py``): a step of a left-padded batch reads the padding's keys and values
+    #: too. False: transformers' SDPA as is (the previous code path, kept for benchmarks/main_job.py's side-by-side).
+    ragged_attention = True
 
     def __init__(self, model, tokenizer, *, model_id: str, adapter: str | None = None, max_batch_size: int = 32,
                  max_batch_tokens: int = 16384):
@@ -263,6 +303,7 @@ class HFBackend(ChatText, Backend):
         self.max_batch_size = max_batch_size
         self.max_batch_tokens = max_batch_tokens
         self._kv: dict[Hashable, tuple[list[int], list[tuple[torch.Tensor, torch.Tensor]]]] = {}
+        self._prefixes = PrefixPool(self.prefix_pool_mib << 20)
         self._grammars: GrammarCache | None = None   # built on the first constrained generation
         cfg = model.config
         self.n_layers = cfg.num_hidden_layers
@@ -276,6 +317,9 @@ class HFBackend(ChatText, Backend):
         self._cache_kw = "cache" if "cache" in fwd else "past_key_values"
         if self.tune_malloc and self.model.device.type == "cpu":
             keep_freed_memory()
+        if (self.ragged_attention and self.model.device.type == "cpu"
+                and getattr(cfg, "_attn_implementation", None) == "sdpa"):
+            self.model.set_attn_implementation(ragged_attention.register())
         gen_cfg = getattr(model, "generation_config", None)
         eos = getattr(gen_cfg, "eos_token_id", None) or tokenizer.eos_token_id
         self._eos_ids = set(eos if isinstance(eos, list) else [eos])
@@ -316,22 +360,24 @@ class HFBackend(ChatText, Backend):
     def device(self) -> torch.device:
         return self.model.device
 
-    def _chunks(self, prompts: Sequence[str], lengths: Sequence[int] | None = None) -> list[list[int]]:
+    def _chunks(self, prompts: Sequence, lengths: Sequence[int] | None = None, *, ratio: float = 1.5,
+                max_tokens: int | None = None) -> list[list[int]]:
         """Batches of prompt indices, sorted by length, so padding stays small.
 
-        A batch closes at ``max_batch_size`` rows, at ``max_batch_tokens`` padded tokens, or when the
-        next prompt is over 1.5x the batch's shortest: a 2,300-token 2-D list prompt padded beside
-        350-token ones would multiply the prefill work (measured: 9 mixed prompts, 58 s as one batch).
+        A batch closes at ``max_batch_size`` rows, at ``max_tokens`` padded tokens (default ``max_batch_tokens``),
+        or when the next prompt is over ``ratio`` times the batch's shortest: a 2,300-token 2-D list prompt padded
+        beside 350-token ones would multiply the prefill work (measured: 9 mixed prompts, 58 s as one batch).
         Results are returned in input order by the callers.
         """
         if lengths is None:
             lengths = [len(self.tokenizer(p, add_special_tokens=False).input_ids) for p in prompts]
+        max_tokens = self.max_batch_tokens if max_tokens is None else max_tokens
         order = sorted(range(len(prompts)), key=lambda i: lengths[i])
         chunks: list[list[int]] = []
         for i in order:
             c = chunks[-1] if chunks else None
-            if (c is None or len(c) >= self.max_batch_size or (len(c) + 1) * lengths[i] > self.max_batch_tokens
-                    or lengths[i] > 1.5 * lengths[c[0]]):
+            if (c is None or len(c) >= self.max_batch_size or (len(c) + 1) * lengths[i] > max_tokens
+                    or lengths[i] > ratio * max(lengths[c[0]], 1)):
                 chunks.append([i])
             else:
                 c.append(i)
@@ -397,8 +443,15 @@ class HFBackend(ChatText, Backend):
             # decoding generated tokens and tokenizing the text again need not give the same tokens back
             ids = [self.tokenizer(p, add_special_tokens=False).input_ids if isinstance(p, str) else list(p)
                    for p in prompts]
-            batches = [self._reuse_batch(idx, ids, cache_keys, params.max_new_tokens)
-                       for idx in self._chunks(prompts, [len(r) for r in ids])]
+            if self.staged_prefill:
+                reused = self._prefill_kept(ids, cache_keys)
+                # one batch's cache at a time (a generator): a decode batch's KV is GBs on CPU
+                batches = (self._reuse_batch(idx, ids, cache_keys, params.max_new_tokens, reused, handed_over=True)
+                           for idx in self._chunks(ids, [len(r) + params.max_new_tokens for r in ids],
+                                                   ratio=self.decode_ratio, max_tokens=self.decode_batch_tokens))
+            else:
+                batches = [self._reuse_batch(idx, ids, cache_keys, params.max_new_tokens)
+                           for idx in self._chunks(prompts, [len(r) for r in ids])]
         elif prefill_state is None:
             batches = [(idx, self._encode([prompts[i] for i in idx]), None) for idx in self._chunks(prompts)]
         else:
@@ -518,44 +571,120 @@ class HFBackend(ChatText, Backend):
         for k in keys:
             self._kv.pop(k, None)
 
-    def _reuse_batch(self, idx: list[int], all_ids: list[list[int]], keys: Sequence[Hashable], room: int = 0):
+    def _kept(self, row: list[int], key: Hashable) -> tuple[int, list | None]:
+        """``(n, kv)``: the tokens of ``row`` whose KV is kept (its episode's last turn, or a shared prefix: the
+        longer), at most all but the last (a generation needs one uncached token), and that KV."""
+        limit, n, kv = len(row) - 1, 0, None
+        stored = self._kv.get(key)
+        if stored is not None:
+            n, kv = min(common_prefix(stored[0], row), limit), stored[1]
+        if n < limit and self.prefix_pool_mib:
+            p, entry = self._prefixes.match(row, limit)
+            if p > n:
+                n, kv = p, entry
+        return n, (kv if n else None)
+
+    def _reuse_batch(self, idx: list[int], all_ids: list[list[int]], keys: Sequence[Hashable], room: int = 0,
+                     reused: list[int] | None = None, handed_over: bool = False):
+        """One batch of prompts continuing kept KV (``_kept``); ``reused``: each prompt's tokens that came from a
+        kept cache before this call's own prefill (``_prefill_kept``) extended it. ``handed_over``: the episodes'
+        kept KV is dropped once it is in the batch's cache (the generation keeps it anew when it ends): on CPU,
+        memory first touched is paid for in page faults, and the main job's peak held every episode's KV twice."""
         ids = [all_ids[i] for i in idx]
-        reuse = []
-        for i, row in zip(idx, ids):
-            stored = self._kv.get(keys[i])
-            n = 0
-            if stored is not None:
-                old = stored[0]
-                limit = min(len(old), len(row) - 1)   # generate needs >= 1 uncached token
-                while n < limit and old[n] == row[n]:
-                    n += 1
-            reuse.append(n)
-        past, width = max(reuse), max(len(r) - n for r, n in zip(ids, reuse))
+        starts = [self._kept(row, keys[i]) for i, row in zip(idx, ids)]
+        enc, cache = self._batch(ids, starts, room)
+        if handed_over:
+            del starts
+            self.release([keys[i] for i in idx])
+        enc["reused"] = [n for n, _ in starts] if reused is None else [reused[i] for i in idx]
+        return idx, enc, cache
+
+    def _batch(self, rows: list[list[int]], starts: list[tuple[int, list | None]], room: int = 0):
+        """Model inputs for ``rows`` whose first ``n`` tokens' KV is given (``starts``: ``(n, per-layer kv)``) and
+        the cache holding it, with room for ``room`` more tokens (None when no row has any).
+
+        Rows carry caches of different lengths: they are left-padded with masked zeros, and the new tokens are
+        padded inside the sequence, exactly as for a response prefill."""
+        reuse = [n for n, _ in starts]
+        past, width = max(reuse), max(len(r) - n for r, n in zip(rows, reuse))
         pad = self.tokenizer.pad_token_id
-        rows, masks = [], []
-        for row, n in zip(ids, reuse):
+        ids, masks = [], []
+        for row, n in zip(rows, reuse):
             seg = row[n:]
-            rows.append([pad] * (past - n) + row[:n] + [pad] * (width - len(seg)) + seg)
+            ids.append([pad] * (past - n) + row[:n] + [pad] * (width - len(seg)) + seg)
             masks.append([0] * (past - n) + [1] * n + [0] * (width - len(seg)) + [1] * len(seg))
-        enc = {"input_ids": torch.tensor(rows, device=self.device), "attention_mask": torch.tensor(masks, device=self.device),
-               "reused": reuse}
+        enc = {"input_ids": torch.tensor(ids, device=self.device),
+               "attention_mask": torch.tensor(masks, device=self.device)}
         if past == 0:
-            return idx, enc, None
+            return enc, None
         cache = self._new_cache(past + width + room) or DynamicCache()   # room for the ``room`` new tokens
         (heads, dim), dtype = self._kv_shape, self.model.dtype
+        reserved = isinstance(cache, _ReservedCache)
+        shape = (len(rows), heads, past + width + room if reserved else past, dim)
         for layer in range(self.n_layers):
-            ks, vs = [], []
-            for i, n in zip(idx, reuse):
-                lead = torch.zeros((1, heads, past - n, dim), dtype=dtype, device=self.device)  # masked left padding
-                if n:
-                    k, v = self._kv[keys[i]][1][layer]
-                    ks.append(torch.cat([lead, k[:, :, :n]], 2))
-                    vs.append(torch.cat([lead, v[:, :, :n]], 2))
+            bufs = [torch.empty(shape, dtype=dtype, device=self.device) for _ in range(2)]
+            for buf, part in zip(bufs, range(2)):
+                for b, (n, kv) in enumerate(starts):
+                    buf[b, :, :past - n].zero_()        # masked left padding: finite, so attention weighs it 0
+                    if n:
+                        buf[b, :, past - n:past] = kv[layer][part][0, :, :n]
+            if reserved:
+                cache.layers[layer].adopt(bufs[0], bufs[1], past)
+            else:
+                cache.update(bufs[0], bufs[1], layer)
+        return enc, cache
+
+    def _prefill_kept(self, ids: list[list[int]], keys: Sequence[Hashable]) -> list[int]:
+        """Extend every prompt's kept KV to all of it but its last token, kept under its key; returns the tokens
+        of each whose KV was kept before this call. Prefixes that several of the prompts share are prefilled first,
+        once each, and kept in the pool (``prefix_pool.py``)."""
+        before = [self._kept(row, key)[0] for row, key in zip(ids, keys)]
+        if self.prefix_pool_mib:
+            short = [row for row, n in zip(ids, before) if n < len(row) - 1]
+            fresh = [p for p in shared_prefixes(short, self.prefix_min_tokens)
+                     if self._prefixes.match(p)[0] < len(p)]
+            while fresh:    # in waves: a prefix that begins with another fresh one is computed from it
+                wave = [p for p in fresh if not any(len(q) < len(p) and p[:len(q)] == q for q in fresh)]
+                for prefix, kv in zip(wave, self._forward_kv([list(p) for p in wave],
+                                                             [self._kept(list(p), None) for p in wave])):
+                    self._prefixes.add(prefix, kv, sum(k.nbytes + v.nbytes for k, v in kv))
+                fresh = [p for p in fresh if p not in set(wave)]
+        starts = [self._kept(row, key) for row, key in zip(ids, keys)]
+        todo = [i for i, (row, (n, _)) in enumerate(zip(ids, starts)) if n < len(row) - 1]
+        del starts      # kept caches are replaced as each batch ends: the old ones are not all held to the end
+
+        def keep(j: int, kv: list) -> None:
+            self._kv[keys[todo[j]]] = (ids[todo[j]][:-1], kv)
+        self._forward_kv([ids[i][:-1] for i in todo], [self._kept(ids[i], keys[i]) for i in todo], keep)
+        return before
+
+    def _forward_kv(self, rows: list[list[int]], starts: list[tuple[int, list | None]],
+                    done: Callable[[int, list], None] | None = None) -> list[list]:
+        """Each row's KV over all its tokens (per layer ``(keys, values)`` of shape [1, heads, tokens, dim]): the
+        first ``n`` from ``starts``, the rest computed in batches grouped by the tokens each still needs. With
+        ``done``, each row's KV goes to ``done(row, kv)`` as its batch ends instead (nothing is returned)."""
+        out: list[list | None] = [None] * len(rows)
+        for idx in self._chunks(rows, [len(rows[i]) - starts[i][0] for i in range(len(rows))]):
+            enc, cache = self._batch([rows[i] for i in idx], [starts[i] for i in idx])
+            past = max(starts[i][0] for i in idx)      # columns the cache holds: only the rest is fed
+            if cache is None:
+                cache = self._new_cache(enc["input_ids"].shape[1])
+            got = self.model(input_ids=enc["input_ids"][:, past:], attention_mask=enc["attention_mask"],
+                             position_ids=_position_ids(enc["attention_mask"])[:, past:], use_cache=True,
+                             logits_to_keep=1, **({self._cache_kw: cache} if cache is not None else {}))
+            cache = getattr(got, "cache", None) or getattr(got, "past_key_values", None)
+            layers = [(l.keys, l.values) for l in cache.layers] if hasattr(cache, "layers") else list(
+                zip(cache.key_cache, cache.value_cache))
+            for b, i in enumerate(idx):
+                real = enc["attention_mask"][b].nonzero().squeeze(-1)
+                kv = [(k[b:b + 1, :, real], v[b:b + 1, :, real]) for k, v in layers]
+                if done is None:
+                    out[i] = kv
                 else:
-                    ks.append(lead)
-                    vs.append(lead)
-            cache.update(torch.cat(ks), torch.cat(vs), layer)
-        return idx, enc, cache
+                    starts[i] = None        # the row's old KV may go now
+                    done(i, kv)
+            del got, cache, layers, enc
+        return out  # type: ignore[return-value]
 
     def _store(self, cache, sequences: torch.Tensor, mask: torch.Tensor, width: int, rows: list[int],
                n_prompt: list[int], gens: list[Generation], keys: list[Hashable]) -> None:

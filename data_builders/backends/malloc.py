@@ -50,7 +50,7 @@ def _mallopt_keep_freed() -> bool:
     trimmed: on CPU each forward's large temporaries (a prefill batch's activations) are then faulted in page by
     page, zeroed by the kernel, at every forward. The main job took 7.2 million minor page faults and 31.8 s of
     system time that way, 1.1 million and 14.3 s with this (docs/results.md#where-the-main-jobs-time-goes). With
-    ``mmap`` off and trimming above 2 GB, the heap grows to the process's peak once and is reused: the process keeps
+    ``mmap`` off and no trimming, the heap grows to the process's peak once and is reused: the process keeps
     that peak, as jemalloc or tcmalloc would. Process-wide and idempotent; False where the C library has no
     ``mallopt`` (not glibc). The only caller of ``mallopt``."""
     global applied
@@ -62,6 +62,9 @@ def _mallopt_keep_freed() -> bool:
     except (OSError, AttributeError):
         return False
     M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4     # <malloc.h>
-    ok = bool(mallopt(M_MMAP_MAX, 0)) and bool(mallopt(M_TRIM_THRESHOLD, 2**31 - 1))
+    # -1: glibc reads the threshold as a size_t, so no trimming at all. A threshold of 2 GB (the largest positive
+    # int) still trimmed after each round of the main job: a batch's KV cache alone is ~2.2 GB when it is freed,
+    # and every round faulted it in again (12 s of the job, 1.6 M page faults)
+    ok = bool(mallopt(M_MMAP_MAX, 0)) and bool(mallopt(M_TRIM_THRESHOLD, -1))
     applied = applied or ok
     return ok

@@ -145,6 +145,7 @@ def test_missing_embedded_package_gives_install_command(monkeypatch):
 
 def test_kv_reuse_across_turns_gives_identical_tokens_and_skips_the_shared_prefix(tiny_backend):
     msgs = [[{"role": "user", "content": "What is " + " plus ".join(["7"] * (i + 1)) + "?"}] for i in range(5)]
+    tiny_backend._prefixes.clear()      # prefixes kept by earlier tests (the chat template's) would count as cached
     first = tiny_backend.generate([tiny_backend.render(m) for m in msgs],
                                   SamplingParams(max_new_tokens=6, temperature=1.0, seed=1), cache_keys=list(range(5)))
     assert all(g.cached_tokens == 0 for g in first)
@@ -158,7 +159,9 @@ def test_kv_reuse_across_turns_gives_identical_tokens_and_skips_the_shared_prefi
     for g, f in zip(reused, first):
         assert f.prompt_tokens <= g.cached_tokens < g.prompt_tokens   # at least the old prompt came from cache
     tiny_backend.release(range(5))
-    assert tiny_backend.generate(nxt[:1], params, cache_keys=[0])[0].cached_tokens == 0
+    # released: what is left is the prefix the first prompts share with each other (kept once for all of them)
+    again = tiny_backend.generate(nxt[:1], params, cache_keys=[0])[0]
+    assert 0 < again.cached_tokens < first[0].prompt_tokens and again.token_ids == reused[0].token_ids
     tiny_backend.release([0])
 
 
@@ -243,8 +246,10 @@ def test_rows_that_stop_leave_the_batch_and_every_row_keeps_its_tokens(tiny_back
     ps = ["The cat sat on", "Count: 4 5", "zebra quokka", "What is 7?"]
     params = SamplingParams(max_new_tokens=20, stop=("on on on on", "5555555", " dyes dyes"))
     rows = []
-    handle = tiny_backend.model.register_forward_pre_hook(lambda _m, _a, kw: rows.append(kw["input_ids"].shape[0]),
-                                                          with_kwargs=True)
+    # generation's forwards: one column per row (the prompts are prefilled before, up to their last token)
+    handle = tiny_backend.model.register_forward_pre_hook(
+        lambda _m, _a, kw: rows.append(kw["input_ids"].shape[0]) if kw["input_ids"].shape[1] == 1 else None,
+        with_kwargs=True)
     try:
         runs = {}
         for segment in (0, 4):
@@ -270,3 +275,42 @@ def test_rows_that_stop_leave_the_batch_and_every_row_keeps_its_tokens(tiny_back
     assert [g.token_ids for g in seg_next] == [g.token_ids for g in one_next] == [g.token_ids for g in fresh]
     assert [g.cached_tokens for g in seg_next] == [g.cached_tokens for g in one_next] and all(
         g.cached_tokens > 0 for g in seg_next)
+
+
+def test_a_prefix_shared_by_prompts_is_prefilled_once_and_kept_for_later_prompts(tiny_backend, monkeypatch):
+    """Prompts continuing kept caches are prefilled before they decode; the prefix several of them share (system
+    prompt and tool listing) is computed once, kept, and serves a later call's prompts too. Tokens as from a plain
+    generation (no kept caches), log-probs to float rounding."""
+    def ask(i):
+        return tiny_backend.render([{"role": "system", "content": "You answer with tools. " * 8},
+                                    {"role": "user", "content": f"Question {i}: " + "what is 7 + 7? " * (i % 3 + 1)}],
+                                   TOOLS)
+    params = SamplingParams(max_new_tokens=6)
+    fed = []
+    handle = tiny_backend.model.register_forward_pre_hook(
+        lambda _m, _a, kw: fed.append(kw["input_ids"].numel()), with_kwargs=True)
+    try:
+        runs = {}
+        for mib in (0, 512):
+            monkeypatch.setattr(type(tiny_backend), "prefix_pool_mib", mib)
+            tiny_backend._prefixes.clear()
+            fed.clear()
+            first = tiny_backend.generate([ask(i) for i in range(6)], params, return_logprobs=True,
+                                          cache_keys=[f"a{i}" for i in range(6)])
+            later = tiny_backend.generate([ask(i) for i in range(6, 9)], params, cache_keys=["b0", "b1", "b2"])
+            tiny_backend.release([f"a{i}" for i in range(6)] + ["b0", "b1", "b2"])
+            runs[mib] = (first, later, sum(fed), len(tiny_backend._prefixes))
+    finally:
+        handle.remove()
+    plain = tiny_backend.generate([ask(i) for i in range(9)], params, return_logprobs=True)
+    (off, off_later, off_fed, off_kept), (on, on_later, on_fed, on_kept) = runs[0], runs[512]
+    assert [g.token_ids for g in on + on_later] == [g.token_ids for g in off + off_later] == [g.token_ids for g in plain]
+    for a, b in zip(on, plain):
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
+    shared = min(g.prompt_tokens for g in plain) - 20
+    assert off_kept == 0 and on_kept >= 1
+    # the first call's prompts computed nothing they had before; the later ones took the kept prefix
+    assert all(g.cached_tokens == 0 for g in on + off + off_later)
+    assert all(g.cached_tokens >= shared for g in on_later)
+    # what was fed to the model: the shared prefix once instead of once per prompt
+    assert on_fed < off_fed - 5 * shared
