@@ -235,6 +235,15 @@ class _CallGrammar:
         return scores
 
 
+class _StepCounter:
+    """A logits processor that reports each decode step's tokens, one per row of the batch, to the progress meter
+    (``data_builders.progress``); it leaves the scores alone."""
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        progress.generated(scores.shape[0])
+        return scores
+
+
 class _StopRecorder(StoppingCriteria):
     """The library's stop-string criterion, recording which rows it has stopped: ``generate`` returns the
     sequences but not which rows finished, and a row that completed a stop string on a segment's last step
@@ -499,7 +508,8 @@ class HFBackend(ChatText, Backend):
         while True:
             extra = {self._cache_kw: cache} if cache is not None else {}
             recorder = _LogprobRecorder() if return_logprobs else None
-            processors = [recorder] if recorder is not None else []
+            # progress: every decode step's tokens as they come (the bar's unit; a segment takes seconds on a CPU)
+            processors = [_StepCounter()] + ([recorder] if recorder is not None else [])
             if constrained:
                 # After the recorder, so that it reads the raw scores before the grammar masks them.
                 processors.append(_CallGrammar(grammars, self.model.config.vocab_size))
@@ -526,8 +536,7 @@ class HFBackend(ChatText, Backend):
                 if stopped or left <= 0:
                     ended.append(b)
                     gens[r] = self._finish(tokens[r], logprobs[r] if lp is not None else None, n_prompt[r], params.stop)
-            # progress (data_builders.progress): the segment's tokens, and the budget the rows that stopped leave
-            progress.generated(progress_after)
+            # progress (data_builders.progress): the budget the rows that stopped leave (their tokens: _StepCounter)
             progress.credit(len(ended) * max(left, 0))
             batch_generated += progress_after
             cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
