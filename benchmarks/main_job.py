@@ -2,6 +2,7 @@
 
     python benchmarks/main_job.py [--runs cold,warm] [--threads 2] [--isa avx2] [--set NAME=VALUE] [override ...]
     python benchmarks/main_job.py --compare kv_cache=dynamic [--pairs N]   # a previous code path vs today's
+    python benchmarks/main_job.py --against 5c53438 [--pairs N]             # a previous revision vs today's code
     python benchmarks/main_job.py --gemm          # check the emulation: one GEMM's speed under each setting
 
 Each run is the README's command in a child process on ``--threads`` threads with torch kept to one instruction
@@ -24,7 +25,8 @@ an AVX2-only 2-core CPU: <= 300 s cold, <= 60 s warm.
 
 ``--compare NAME=OLD`` runs the job cold with a previous code path of the HF backend (``--set`` names them) and
 with today's, ``--pairs`` times alternating, and prints the median ratio, whether the figures are the same and
-whether the decision points (labels and features) came out bitwise identical.
+whether the decision points (labels and features) came out bitwise identical. ``--against REV`` runs git
+revision ``REV``'s code (its tree exported into the temporary directory, first on ``PYTHONPATH``) as the old side.
 """
 from __future__ import annotations
 
@@ -247,17 +249,28 @@ def isa_env(isa: str) -> dict[str, str]:
     return {"ATEN_CPU_CAPABILITY": isa, "ONEDNN_MAX_CPU_ISA": isa.upper(), "MKL_ENABLE_INSTRUCTIONS": isa.upper()}
 
 
-def run_job(work: Path, label: str, args, extra: list[str], settings: list[str]) -> dict:
+def export_revision(rev: str, into: Path) -> Path:
+    """Revision ``rev``'s tree (``git archive``) under ``into``: the code a run ``--against`` it executes."""
+    into.mkdir(parents=True, exist_ok=True)
+    archive = subprocess.run(["git", "archive", rev], cwd=ROOT, capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return into
+
+
+def run_job(work: Path, label: str, args, extra: list[str], settings: list[str], root: Path = ROOT) -> dict:
     phases_file = work / f"phases-{label}.json"
     overrides = [f"recipe.points.root={work / 'points'}", f"recipe.export_dir={work / 'export' / label}",
                  f"hydra.run.dir={work / 'run' / label}", *extra]
     env = dict(os.environ, **isa_env(args.isa), OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads),
                WANDB_MODE="offline")
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", str(phases_file), "--threads", str(args.threads)]
+    if root != ROOT:    # another revision's code: its packages first on the path (before the editable install's)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
+    cmd = [sys.executable, str(root / "benchmarks" / "main_job.py"), "--child", str(phases_file),
+           "--threads", str(args.threads)]
     for item in settings:
         cmd += ["--set", item]
     t0 = time.perf_counter()
-    proc = subprocess.run([*cmd, "--", *overrides], cwd=ROOT, env=env, capture_output=True, text=True)
+    proc = subprocess.run([*cmd, "--", *overrides], cwd=root, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - t0
     if proc.returncode:
         sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-8000:])
@@ -347,6 +360,9 @@ def main() -> None:
     ap.add_argument("--compare", action="append", default=[], metavar="NAME=OLD",
                     help="the job with these --set paths (old) against today's (new), cold, --pairs times "
                          "alternating; prints the ratio")
+    ap.add_argument("--against", metavar="REV", default=None,
+                    help="with --compare or alone: the old side runs git revision REV's code (e.g. a commit before a "
+                         "change no switch can undo) instead of today's with --compare paths")
     ap.add_argument("--pairs", type=int, default=1)
     ap.add_argument("--gemm", action="store_true", help="only check the emulation: a GEMM's speed under each setting")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory (printed)")
@@ -363,15 +379,18 @@ def main() -> None:
           f"model cache {cache_state()}")
     work = Path(tempfile.mkdtemp(prefix="main_job_"))
     try:
-        if args.compare:
+        if args.compare or args.against:
             code_path(args.compare)     # a misspelt path fails here, not after the first run
+            old_root = export_revision(args.against, work / "revision") if args.against else ROOT
+            old_name = f"revision {args.against}" if args.against else " ".join(args.set + args.compare)
             times = {"old": [], "new": []}
             figures, turns = set(), {}
             for k in range(args.pairs):
-                for label, settings in (("old", args.set + args.compare), ("new", args.set)):
+                for label, settings, root in (("old", [] if args.against else args.set + args.compare, old_root),
+                                              ("new", args.set, ROOT)):
                     d = work / f"{label}{k}"
-                    s = run_job(d, f"{label}{k}", args, extra, settings)
-                    report(f"{label} ({' '.join(settings) or 'today'}), pair {k}", s)
+                    s = run_job(d, f"{label}{k}", args, extra, settings, root)
+                    report(f"{label} ({old_name if label == 'old' else ' '.join(settings) or 'today'}), pair {k}", s)
                     times[label].append(s["wall"])
                     figures.add(s["figures_key"])
                     turns[label] = s["turns"]

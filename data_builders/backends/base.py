@@ -21,7 +21,8 @@ class Generation:
     # log p(token) under the model's *raw* distribution (HF: also under a call constraint, whose mask comes after;
     # vLLM applies the grammar mask first, so constrained tokens there are renormalized over the allowed set)
     logprobs: list[float] | None = None
-    cached_tokens: int = 0         # prompt tokens whose KV came from this episode's previous turn
+    cached_tokens: int = 0         # prompt tokens whose KV was kept before this call (a previous turn, a shared
+                                   # prefix; vLLM: its prefix cache)
 
     @property
     def decode_tokens(self) -> int:

@@ -2,11 +2,13 @@
 KV cache the following generation reuses.
 
 Generation itself is ``model.generate`` (stop strings, sampling, EOS handling are the library's).
-The only hand-written part is the prefill forward: ``generate`` cannot hand back intermediate hidden
+The hand-written part is the prefill forward: ``generate`` cannot hand back intermediate hidden
 states *and* continue from them, so we run the prompt once ourselves, read the hidden states the probe needs
 with forward hooks (:func:`last_token_states`), and give ``generate`` that cache, cropped by one token when
 nothing was appended (``generate`` needs at least one uncached input token; recomputing one token costs
-~nothing next to the prompt).
+~nothing next to the prompt). Prompts that continue kept caches (an agent's episodes, ``cache_keys``) are
+prefilled the same way before they decode (``_prefill_kept``): grouped by the tokens each still needs, with the
+prefixes several of them share computed once (``prefix_pool.py``), then decoded together.
 
 An ``HFBackend`` on a *base* model (``AutoModel``: no LM head, ``can_generate()`` false) only reads hidden
 states: the probe-only copy beside a vLLM engine (``data_builders/backends/loading.py``), which needs neither
