@@ -31,7 +31,8 @@ from trainers.tracking import setup_wandb_env
 
 # recipe name -> "module:function"; imported lazily so one recipe's heavy dependencies never load for another.
 # Every gate of the registry (data_builders.gates) is a controller recipe of its own name.
-POLICY_RECIPES = {"tool_sft": "trainers.policy.sft:fit", "pte_grpo": "trainers.policy.grpo:fit"}
+POLICY_RECIPES = {"tool_sft": "trainers.policy.sft:fit", "pte_grpo": "trainers.policy.grpo:fit",
+                  "tool_dpo": "trainers.policy.dpo:fit"}
 CONTROLLER_FIT = "trainers.controller.fit:fit"
 
 

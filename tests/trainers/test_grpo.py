@@ -11,7 +11,7 @@ from huggingface_hub import ModelCard
 from safetensors.torch import load_file
 
 from recipes import compose
-from trainers.policy.rewards import correctness, otc, otc_tool_score, pte_cost, reward_setup
+from trainers.policy.rewards import correctness, otc, otc_tool_score, pte_cost, reward_scaling, reward_setup
 from trainers.recipe import RunInfo
 
 
@@ -59,6 +59,37 @@ def test_reward_weights_follow_lambda_and_refuse_bad_settings():
         reward_setup("nope", 0.1)
     with pytest.raises(ValueError, match=">= 0"):
         reward_setup("pte", -1)
+
+
+# a group per task: (correct, tool calls) of each episode; task "a": two right (1 and 3 calls), two wrong (2 and 0);
+# task "b": both wrong
+GROUPS = dict(correct=[True, True, False, False, False, False], tool_calls=[1, 3, 2, 0, 2, 1],
+              task_key=["a", "a", "a", "a", "b", "b"])
+
+
+def test_balanced_reward_charges_the_share_of_calls_its_group_showed_unnecessary():
+    # n = 1 for "a" (its fewest-call correct episode); "b" has no correct episode: no call is shown unnecessary
+    # 3 calls: 2 of 3 unnecessary; a wrong episode with 2 calls: 1 of 2; 0 calls: none
+    assert total_reward("balanced", 0.5, **GROUPS) == pytest.approx([1.0, 1 - 0.5 * 2 / 3, -0.5 * 1 / 2, 0.0,
+                                                                      0.0, 0.0])
+    assert total_reward("balanced", 0.0, **GROUPS) == [1.0, 1.0, 0.0, 0.0, 0.0, 0.0]
+    # the rollout's n over the whole group (across ranks) wins over what these episodes alone show
+    assert total_reward("balanced", 1.0, **GROUPS, otc_best=[0, 0, 0, 0, None, None]) == pytest.approx(
+        [0.0, 0.0, -1.0, 0.0, 0.0, 0.0])
+
+
+def test_hdpo_advantages_are_accuracy_plus_efficiency_among_the_correct_only():
+    got = total_reward("hdpo", 0.5, **GROUPS)
+    # accuracy: "a" is [1, 1, 0, 0] -> mean 0.5, std 0.5 -> +-1; "b" all wrong -> 0.
+    # efficiency among "a"'s correct episodes: -calls = [-1, -3] -> mean -2, std 1 -> [+1, -1]; wrong ones: 0
+    assert got == pytest.approx([1 + 0.5 * 1, 1 - 0.5 * 1, -1.0, -1.0, 0.0, 0.0], abs=1e-5)
+    # each group's advantages already have mean 0: TRL's group mean subtracts nothing, and the kind turns off
+    # TRL's std scaling, which would mix the two advantages again
+    for k in "ab":
+        assert sum(v for v, t in zip(got, GROUPS["task_key"]) if t == k) == pytest.approx(0.0, abs=1e-9)
+    assert reward_scaling("hdpo", "group") == "none" and reward_scaling("pte", "group") == "group"
+    # a cheaper wrong episode gains nothing for its thrift; the dearer correct one still beats every wrong one
+    assert got[3] == got[2] and got[1] > got[2]
 
 
 def test_otc_tool_score_matches_the_paper_shape():

@@ -17,14 +17,16 @@ from omegaconf import DictConfig, OmegaConf
 
 import data_builders.build
 from data_builders.backends.loading import resolve_dtype
-from data_builders.gates import gate_named
+from data_builders.gates import gate_named, gate_of_kind
 from data_builders.points.store import CorruptDataset, PointSet, load_points, read_manifest
 from recipes import compose
 
 
-def build_config(cfg: DictConfig) -> DictConfig:
+def build_config(cfg: DictConfig, kind: str | None = None) -> DictConfig:
+    """``kind``: the points' kind; by default the recipe's gate's (a controller recipe is its gate), while a policy
+    recipe that learns from decision points (tool_dpo: probe points) names it."""
     recipe = cfg.recipe
-    kind = gate_named(recipe.name).kind     # the recipe is the gate: its decision points are of the gate's kind
+    kind = kind or gate_named(recipe.name).kind
     build = compose("build", [f"kind={kind}"])
     for group in ("model", "backend", "tasks"):   # replaced whole: another source has other keys
         build[group] = cfg[group]
@@ -48,10 +50,13 @@ def build_config(cfg: DictConfig) -> DictConfig:
     return build
 
 
-def decision_points(cfg: DictConfig, command: str = "python -m trainers.fit") -> tuple[PointSet, DictConfig]:
-    """The recipe's decision-point dataset (built or resumed if incomplete) and the build config behind it."""
-    kind = gate_named(cfg.recipe.name).kind
-    build = build_config(cfg)
+def decision_points(cfg: DictConfig, command: str = "python -m trainers.fit",
+                    kind: str | None = None) -> tuple[PointSet, DictConfig]:
+    """The recipe's decision-point dataset (built or resumed if incomplete) and the build config behind it;
+    ``kind`` as for :func:`build_config`."""
+    kind = kind or gate_named(cfg.recipe.name).kind
+    featurizer = gate_of_kind(kind).featurizer.id
+    build = build_config(cfg, kind)
     manifest = Path(build.out_dir) / "manifest.json"
     complete = manifest.is_file() and read_manifest(manifest).get("complete")   # names a damaged file
     if cfg.recipe.points.get("dir") and not complete:
@@ -63,12 +68,12 @@ def decision_points(cfg: DictConfig, command: str = "python -m trainers.fit") ->
     else:
         print(f"reusing {kind} decision points from {build.out_dir}")
     try:
-        points = load_points(build.out_dir, kind=kind, featurizer=gate_named(cfg.recipe.name).featurizer.id)
+        points = load_points(build.out_dir, kind=kind, featurizer=featurizer)
     except CorruptDataset as e:
         if cfg.recipe.points.get("dir"):
             raise
         # our own dataset, damaged on disk: the build recomputes exactly the damaged shards
         print(f"repairing {kind} decision points in {build.out_dir}:\n{e}")
         data_builders.build.run(build, command=f"{command} (its decision-point build)")
-        points = load_points(build.out_dir, kind=kind, featurizer=gate_named(cfg.recipe.name).featurizer.id)
+        points = load_points(build.out_dir, kind=kind, featurizer=featurizer)
     return points, build

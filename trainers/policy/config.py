@@ -13,6 +13,7 @@ from data_builders.metrics.pte import PARAM_CONVENTIONS
 from data_builders.tasks.schema import DIFFICULTIES
 from recipes.schema import store
 from trainers.config import overridden, Recipe
+from trainers.controller.config import Points
 
 # vocabularies the training code owns, by name: read when a config is checked (recipes.schema.vocabulary), so this
 # module stays light for the entry points that compose a recipe without running it
@@ -143,8 +144,9 @@ class GRPOGeneration:
 
 @dataclass
 class GRPOReward:
-    """reward = correctness − λ·PTE/normaliser (pte), or correctness × r_tool − λ·PTE/normaliser (otc)."""
-    kind: str = param("pte", "pte | otc", choices=REWARD_KINDS)
+    """reward = correctness − λ·PTE/normaliser (pte), correctness × r_tool − λ·PTE/normaliser (otc),
+    correctness − λ·unnecessary-call share (balanced), or HDPO's accuracy + λ·efficiency advantages (hdpo)."""
+    kind: str = param("pte", "pte | otc | balanced | hdpo (trainers/policy/rewards.py)", choices=REWARD_KINDS)
     lam: float = param(0.5, "λ; 0 = plain correctness reward", ge=0)
     normaliser: Any = param("auto", "auto = the start policy's mean PTE on the first batch; or a number (OmegaConf "
                                     "has no str | float)", check=positive_or_auto)
@@ -192,9 +194,51 @@ class PTEGRPORecipe(PolicyRecipe):
     train: GRPOTrain = param(GRPOTrain(), "TRL GRPOConfig")
 
 
+@dataclass
+class DPOPairs:
+    """How tool_dpo turns the policy's probe points into preference pairs (data_builders/points/preferences.py)."""
+    first_turn_tokens: int = param(128, "the policy's own first turn (default mode, greedy) is read with this many "
+                                        "new tokens: a call it writes there is the call side of its pairs", ge=1)
+    oracle_calls: bool = param(True, "where the policy wrote no call, the oracle's first call of the task is the "
+                                     "call side (false: such pairs are left out)")
+
+
+@dataclass
+class DPOTrain:
+    """TRL ``DPOConfig`` fields, by TRL's names (``batch_size`` is its per-device train and eval batch size)."""
+    max_steps: int = param(30, "optimizer steps", ge=1)
+    learning_rate: float = param(5.0e-5, "peak learning rate (the start adapter is trained further)", gt=0)
+    lr_scheduler_type: str = param("constant", "transformers' scheduler", choices=SCHEDULERS)
+    warmup_steps: float = param(0.0, "an integer: warmup steps; a float in [0, 1): a ratio of the total steps", ge=0)
+    beta: float = param(0.1, "DPO's beta: how far the policy may move from the reference (the start policy)", gt=0)
+    loss_type: str = param("sigmoid", "TRL's DPO loss (sigmoid: the DPO paper's)")
+    batch_size: int = param(4, "pairs per step and process", ge=1)
+    gradient_accumulation_steps: int = param(2, "steps accumulated per optimizer step", ge=1)
+    max_length: int = param(2048, "prompt + answer tokens kept (longer pairs are truncated from the left)", ge=16)
+    logging_steps: int = param(5, "steps between logged losses", ge=1)
+    bf16: bool = param(True, "bf16 autocast of the update (weights stay in model.dtype)")
+    fp16: bool = param(False, "fp16 autocast of the update")
+    gradient_checkpointing: bool = param(False, "recompute activations in backward: less memory, more compute")
+    seed: int = param(0, "torch and TRL seed")
+
+
+@dataclass
+class ToolDPORecipe(PolicyRecipe):
+    UNUSED: ClassVar[Dict[str, str]] = {**{k: v for k, v in POLICY_UNUSED.items() if k != "backend"},
+                                        "hardware": "only pte_grpo prices episodes in PTE"}
+    name: str = param("tool_dpo", "the recipe (trainers.fit.RECIPES)")
+    output_dir: str = param("checkpoints/tool_dpo/${now:%Y-%m-%d_%H-%M-%S}", "where the adapter is exported")
+    points: Points = param(Points(), "the probe decision points of the policy (built with the backend group, or "
+                                     "points.dir); their train and val splits give the pairs")
+    pairs: DPOPairs = param(DPOPairs(), "the preference pairs")
+    lora: LoraConfig = param(LoraConfig(), "a fresh LoRA, only for a model without an adapter")
+    train: DPOTrain = param(DPOTrain(), "TRL DPOConfig")
+
+
 # what this module adds to Hydra's ConfigStore, (group or None for an entry config, name, schema)
 SCHEMAS = [
     ("recipe", "tool_sft_schema", ToolSFTRecipe),
     ("recipe", "pte_grpo_schema", PTEGRPORecipe),
+    ("recipe", "tool_dpo_schema", ToolDPORecipe),
 ]
 store(SCHEMAS)

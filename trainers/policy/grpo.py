@@ -66,7 +66,7 @@ from data_builders.metrics.pte import PTEConfig
 from data_builders.tasks.schema import task_key
 from trainers.policy.common import (adapter_card, export_adapter, load_policy, shared_run, train, train_tasks,
                                     trainer_args)
-from trainers.policy.rewards import fewest_correct_calls, reward_setup
+from trainers.policy.rewards import fewest_correct_calls, reward_scaling, reward_setup
 from trainers.recipe import Fitted, RunInfo
 
 log = logging.getLogger(__name__)
@@ -317,7 +317,7 @@ def fit(recipe: DictConfig, cfg: DictConfig, run: RunInfo) -> Fitted:
         steps_per_generation=per_rank // micro,
         num_generations=g.num_generations, temperature=g.temperature, top_p=g.top_p,
         max_completion_length=g.max_completion_length, beta=t.beta, loss_type=t.loss_type,
-        scale_rewards=t.scale_rewards, reward_weights=weights, logging_steps=1,
+        scale_rewards=reward_scaling(r.kind, t.scale_rewards), reward_weights=weights, logging_steps=1,
         use_vllm=g.use_vllm, vllm_mode=g.vllm_mode, vllm_server_base_url=g.vllm_server_base_url,
         vllm_server_host=g.vllm_server_host, vllm_server_port=g.vllm_server_port,
         # TRL's vLLM (colocated, or a server started by `trl vllm-serve`, which sets processed_logprobs) returns

@@ -304,7 +304,8 @@ def test_a_prefix_shared_by_prompts_is_prefilled_once_and_kept_for_later_prompts
         handle.remove()
     plain = tiny_backend.generate([ask(i) for i in range(9)], params, return_logprobs=True)
     (off, off_later, off_fed, off_kept), (on, on_later, on_fed, on_kept) = runs[0], runs[512]
-    assert [g.token_ids for g in on + on_later] == [g.token_ids for g in off + off_later] == [g.token_ids for g in plain]
+    assert ([g.token_ids for g in on + on_later] == [g.token_ids for g in off + off_later]
+            == [g.token_ids for g in plain])
     for a, b in zip(on, plain):
         assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
     shared = min(g.prompt_tokens for g in plain) - 20
