@@ -16,12 +16,15 @@ one (docs/guide.md, "Engines"). What differs from the HF backend, and why:
   mask *before* it computes log-probs, so a constrained turn's ``logprobs`` are renormalized over the tokens
   the grammar allows (>= the raw ones the HF backend records; equal where the grammar allows every token).
 * Hidden states: vLLM's offline API returns no intermediate layer, but the probe reads every layer. So
-  :meth:`prefill` runs the prompts through the engine itself (one sampled token each) with forward hooks that
-  a worker extension adds for that call only (``backends/vllm_probe.py``); prefix caching then serves the
-  prompt to the generation that continues it, all but its last partial KV block (so on CPU the block is 32
-  tokens rather than vLLM's 128 there). Where the engine cannot run the hooks (a compiled model, a
-  model runner or decoder laid out otherwise, ``backend.probe_in_engine=false``) the read falls back, with a
-  logged reason, to the HF backend on the same weights, loaded on first use beside the engine.
+  :meth:`prefill` runs the prompts through the engine itself (one sampled token each) and a worker extension
+  (``backends/vllm_probe.py``) keeps each layer's state at their last tokens, for that call only: with forward
+  hooks in an eager engine; in a compiled one (torch.compile, CUDA graphs) through a tap op that the vLLM plugin
+  of ``backends/vllm_probe_op.py`` puts into the decoder layers before vLLM compiles them. Prefix caching then
+  serves the prompt to the generation that continues it, all but its last partial KV block (so on CPU the
+  block is 32 tokens rather than vLLM's 128 there, whenever the read can run in the engine). Where it cannot (a
+  compiled model without the plugin, a model runner or decoder laid out otherwise,
+  ``backend.probe_in_engine=false``) the read falls back, with a logged reason, to the HF backend on the same
+  weights, loaded on first use beside the engine.
 """
 from __future__ import annotations
 
@@ -38,6 +41,7 @@ from .grammar import CallConstraint
 from .fingerprint import adapter_digest, weights_fingerprint
 from .hf import keep_freed_memory
 from .vllm_probe import EXTENSION
+from .vllm_probe_op import PLUGIN, plugin_enabled
 
 log = logging.getLogger(__name__)
 
@@ -98,11 +102,19 @@ class VLLMBackend(ChatText, Backend):
         self._hf = None
         self._probe_off = None if probe_in_engine else "backend.probe_in_engine=false"
         self._probe_logged = False
+        eager = (device == "cpu") if enforce_eager is None else bool(enforce_eager)
+        eager = bool((engine_kwargs or {}).get("enforce_eager", eager))     # engine_kwargs win (kw.update below)
+        # how the read will run: hooks on an eager model; on a compiled one the plugin's tap, where vLLM loads it
+        self.probe_path = "hooks" if eager else "op"
+        if self._probe_off is None and not eager and not plugin_enabled():
+            self._probe_off = (f"the engine runs a compiled model (backend.enforce_eager=false), where hooks do not "
+                               f"run, and vLLM will not load the plugin '{PLUGIN}' that taps compiled layers "
+                               "(not installed in this environment, or left out of VLLM_PLUGINS)")
         kw: dict[str, Any] = dict(model=model_dir, tokenizer=model_dir, dtype=dtype, seed=seed,
                                   enable_prefix_caching=enable_prefix_caching,
                                   # compiled mode recompiles at every start on CPU (30-50 s); eager is the
                                   # faster choice for short runs there. GPUs keep CUDA graphs.
-                                  enforce_eager=(device == "cpu") if enforce_eager is None else enforce_eager,
+                                  enforce_eager=eager,
                                   tensor_parallel_size=int(tensor_parallel_size),
                                   pipeline_parallel_size=int(pipeline_parallel_size),
                                   # one device: the engine runs in this process (no worker spawn); more: vLLM's
@@ -114,11 +126,12 @@ class VLLMBackend(ChatText, Backend):
             kw["max_model_len"] = int(max_model_len)
         if max_num_seqs:
             kw["max_num_seqs"] = int(max_num_seqs)
-        if block_size is None and device == "cpu" and probe_in_engine:
+        if block_size is None and device == "cpu" and self._probe_off is None:
             # The generation after a probe read takes the prompt from the prefix cache, which holds full blocks
             # only: the last partial block is computed again. vLLM's CPU default block (128 tokens) makes that up
             # to 127 tokens per prompt; 32 (the CPU kernels' preferred multiple) raised the share of prompt tokens
             # served from the cache after a read from 86.4 % to 96.5 % on 16 agent prompts (benchmarks/vllm_probe.py).
+            # A read that falls back to the HF copy puts nothing into the prefix cache: vLLM's default then.
             block_size = CPU_PROBE_BLOCK_SIZE
         if block_size is not None:
             kw["block_size"] = int(block_size)
@@ -135,9 +148,6 @@ class VLLMBackend(ChatText, Backend):
         kw.update(engine_kwargs or {})
         self.llm = vllm.LLM(**kw)
         self._vllm = vllm
-        if self._probe_off is None and not kw.get("enforce_eager"):
-            # compiled graphs (and CUDA graphs) run without calling the module hooks
-            self._probe_off = "the engine runs a compiled model (backend.enforce_eager=false); hooks do not run there"
 
     @classmethod
     def wrap(cls, llm, tokenizer, *, model_id: str, adapter: str | None = None, hf_loader=None,
@@ -155,6 +165,7 @@ class VLLMBackend(ChatText, Backend):
         self._hf_loader, self._hf = hf_loader, None
         self._probe_off = None if probe_in_engine else "probe_in_engine=False"
         self._probe_logged = False
+        self.probe_path = "hooks" if llm.llm_engine.model_config.enforce_eager else "op"
         return self
 
     def shutdown(self) -> None:
@@ -239,6 +250,7 @@ class VLLMBackend(ChatText, Backend):
             hidden = self._engine_read(list(prompts), layers)
             if hidden is not None:
                 return PrefillState(prompts=list(prompts), layers=layers, hidden=hidden)
+        self.probe_path = "hf-copy"
         if self._hf is None:
             if self._hf_loader is None:
                 raise RuntimeError(f"the probe cannot read inside this vLLM engine ({self._probe_off}) and this "
@@ -256,7 +268,9 @@ class VLLMBackend(ChatText, Backend):
 
         ids = [self.tokenizer(p, add_special_tokens=False).input_ids for p in prompts]
         try:
-            why = next((w for w in self.llm.collective_rpc("toolwise_probe_start", args=(layers,)) if w), "")
+            started = self.llm.collective_rpc("toolwise_probe_start", args=(layers,))
+            why = next((s["error"] for s in started if s["error"]), "")
+            self.probe_path = started[0]["path"]
         except Exception as e:    # an engine built without the extension: the worker has no such method
             why = f"no probe worker extension in this engine ({type(e).__name__}: {e})"
         parts: list[dict] = []
@@ -276,10 +290,14 @@ class VLLMBackend(ChatText, Backend):
             missing = sum(not want <= got.get(tuple(x), {}).keys() for x in ids)
             if not missing:
                 if not self._probe_logged:
-                    log.info("The probe reads its layers inside the vLLM engine (forward hooks): no HF copy loaded.")
+                    how = ("forward hooks on the eager model" if self.probe_path == "hooks" else
+                           f"the tap op that the vLLM plugin '{PLUGIN}' compiled into the decoder layers")
+                    log.info("The probe reads its layers inside the vLLM engine (path %s: %s): no HF copy loaded.",
+                             self.probe_path, how)
                     self._probe_logged = True
                 return torch.stack([torch.stack([got[tuple(x)][l] for l in layers]) for x in ids])
-            why = (f"the engine's hooks returned no states for {missing} of {len(ids)} prompts (a model that runs "
-                   "compiled, or a model runner that lays out its batch otherwise)")
+            why = (f"the engine's read (path {self.probe_path}) returned no states for {missing} of {len(ids)} "
+                   "prompts (a model that runs compiled without the tap, a step replayed as a whole-model CUDA "
+                   "graph, or a model runner that lays out its batch otherwise)")
         self._probe_off = why
         return None

@@ -99,6 +99,80 @@ def test_probe_reads_inside_the_engine_and_generation_continues(engines, caplog)
         assert g.cached_tokens >= len(vl.tokenizer(p, add_special_tokens=False).input_ids) // block * block > 0
 
 
+def tap_state(worker) -> tuple[int, int]:
+    """On the worker: how many decoder layers carry the probe's tap, how many of its slots are set."""
+    from data_builders.backends.vllm_probe_op import tapped_layers
+
+    layers = tapped_layers(worker.model_runner.get_model().model)
+    return len(layers), int((layers[0].toolwise_src >= 0).sum()) if layers else -1
+
+
+def compiled_read(out: str) -> None:
+    """The compiled engine's side of the test below, in a process of its own: an in-process engine's shutdown tears
+    down the process's distributed groups, which the module's shared engine still needs."""
+    import logging
+
+    records: list[str] = []
+    handler = logging.Handler(logging.INFO)
+    handler.emit = lambda r: records.append(r.getMessage())
+    logging.getLogger("data_builders").addHandler(handler)
+    logging.getLogger("data_builders").setLevel(logging.INFO)
+    cfg = compose("rollout", ["backend=vllm", "backend.cpu_kv_cache_gib=1", "backend.enforce_eager=false"]).backend
+    vl = backend_from_config(MODEL, cfg)
+    vcfg = vl.llm.llm_engine.vllm_config
+    prompts = agent_prompts(vl, 12)
+    state = vl.prefill(prompts)
+    again = vl.prefill(prompts[:3], layers=[30, 0, 15])
+    prefilled = [p + "<tool_call>" for p in prompts[:4]]
+    got = vl.generate(prefilled, PARAMS, prefill_state=vl.prefill(prompts[:4], layers=[15]), return_logprobs=True)
+    torch.save({"compiled": not vcfg.model_config.enforce_eager and int(vcfg.compilation_config.mode) != 0,
+                "budget": vcfg.scheduler_config.max_num_batched_tokens, "prompts": prompts,
+                "hidden": state.hidden, "layers": state.layers, "again": again.hidden, "generations": got,
+                "hf_copy": vl._hf is not None, "path": vl.probe_path, "off": vl._probe_off, "log": records,
+                "tap": vl.llm.collective_rpc(tap_state)}, out)
+    vl.shutdown()
+
+
+def test_probe_reads_inside_a_compiled_engine(engines, tmp_path):
+    """backend.enforce_eager=false compiles the model (torch.compile, inductor on CPU), where module hooks do not
+    run: the read goes through the tap op the vLLM plugin compiled into the decoder layers (vllm_probe_op.py), no HF
+    copy loaded, every index within the eager read's tolerance of the HF read, also for prompts split over steps and
+    a second read mostly from the prefix cache; generation after the read is HF's, and afterwards no slot is set."""
+    hf, _ = engines
+    out = tmp_path / "compiled.pt"
+    proc = subprocess.run([sys.executable, "-c", "import sys; from tests.data_builders.backends.test_vllm import "
+                           "compiled_read; compiled_read(sys.argv[1])", str(out)],
+                          cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r = torch.load(out, weights_only=False)
+    assert r["compiled"] and r["path"] == "op" and not r["hf_copy"] and r["off"] is None
+    assert any("(path op:" in m for m in r["log"]) and not any("beside vLLM" in m for m in r["log"])
+    prompts = r["prompts"]
+    assert prompts == agent_prompts(hf, 12)
+    assert sum(len(hf.tokenizer(p).input_ids) for p in prompts) > r["budget"]     # chunked prefill is exercised
+    want = hf.prefill(prompts)
+    assert r["layers"] == want.layers == list(range(31)) and r["hidden"].shape == want.hidden.shape
+    torch.testing.assert_close(r["hidden"], want.hidden, atol=5e-4, rtol=1e-4)
+    torch.testing.assert_close(r["again"], want.hidden[:3][:, [30, 0, 15]], atol=5e-4, rtol=1e-4)
+    assert (r["hidden"][:, 1:] - want.hidden[:, :-1]).abs().max() > 1e-1
+    prefilled = [p + "<tool_call>" for p in prompts[:4]]
+    assert_same_generations(hf.generate(prefilled, PARAMS, return_logprobs=True), r["generations"])
+    assert r["tap"] == [(30, 0)]        # every layer tapped; no read active, no slot set
+
+
+def test_the_tap_changes_the_compile_cache_key():
+    """A graph compiled without the tap must not be loaded for a model with it: the plugin folds the tap's version
+    into the compilation config's hash, which vLLM's compile cache is keyed by."""
+    from vllm.config import CompilationConfig
+
+    from data_builders.backends import vllm_probe_op
+
+    vllm_probe_op.register()        # what vLLM does at engine start; once per process, whoever calls first
+    c = CompilationConfig()
+    assert CompilationConfig.compute_hash.__wrapped__(c) != c.compute_hash()
+    assert vllm_probe_op.plugin_enabled()          # the entry point is installed (pip install -e .)
+
+
 def test_probe_read_falls_back_to_hf_copy_when_the_engine_cannot(engines, caplog):
     from data_builders.backends.vllm_backend import VLLMBackend
 
