@@ -67,7 +67,8 @@ FAKE = {name: "" for name in (
     "data_builders/__init__.py", "data_builders/agent/__init__.py", "data_builders/metrics.py",
     "runtime/__init__.py", "runtime/api.py", "runtime/controller_hooks.py", "data_builders/agent/openai_messages.py",
     "trainers/__init__.py", "trainers/fit.py", "trainers/controller/__init__.py", "trainers/controller/fit.py",
-    "trainers/policy/__init__.py", "trainers/policy/grpo.py", "trainers/policy/sft.py", "recipes/__init__.py")}
+    "trainers/policy/__init__.py", "trainers/policy/dpo.py", "trainers/policy/grpo.py", "trainers/policy/sft.py",
+    "recipes/__init__.py")}
 FAKE |= {"controllers/probe.py": "from controllers import base\n",
          "runtime/api.py": "from runtime import controller_hooks\nimport data_builders.agent.openai_messages\n",
          "trainers/fit.py": "import importlib\nimport recipes\n",
