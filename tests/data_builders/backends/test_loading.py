@@ -153,9 +153,10 @@ def test_vllm_scale_options_reach_the_engine_by_name(tiny_model_dir, monkeypatch
     kw = fake.kwargs
     assert (kw["tensor_parallel_size"], kw["max_num_seqs"], kw["gpu_memory_utilization"]) == (4, 64, 0.6)
     assert kw["distributed_executor_backend"] == "mp" and kw["pipeline_parallel_size"] == 1
-    # the probe's hooks ride on a worker extension; a GPU engine that compiles its model reads on the HF copy instead
+    # the probe's hooks ride on a worker extension; a GPU engine that compiles its model reads through the tap op the
+    # toolwise vLLM plugin puts in its decoder layers (data_builders/backends/vllm_probe_op.py)
     assert kw["worker_extension_cls"] == "data_builders.backends.vllm_probe.ProbeWorkerExtension"
-    assert kw["enforce_eager"] is False and "compiled model" in gpu._probe_off
+    assert kw["enforce_eager"] is False and gpu.probe_path == "op" and gpu._probe_off is None
     # one device: the engine stays in this process; vLLM's own default batch size when max_num_seqs is unset
     cfg.backend.tensor_parallel_size, cfg.backend.max_num_seqs = 1, None
     loading.backend_from_config(cfg.model, cfg.backend)
