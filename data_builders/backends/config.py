@@ -54,7 +54,8 @@ class VLLMBackendConfig:
                                      "integer)", ge=1)
     cpu_threads: Optional[int] = param(None, "CPU only: cores bound for compute (null = all)", ge=1)
     probe_in_engine: bool = param(True, "the probe reads its layers inside the vLLM engine (forward hooks in a "
-                                  "worker extension); false, or an engine that cannot: an HF copy beside it")
+                                        "worker extension; a compiled engine: the toolwise_probe plugin's tap op); "
+                                        "false, or an engine that cannot: an HF copy beside it")
     probe_device: Optional[str] = param(None, "where the HF copy for probe reads lives (null = model.device)")
     seed: int = param(0, "vLLM's sampling seed")
     engine_kwargs: Dict[str, Any] = param({}, "free-form: vllm.LLM's own keyword arguments, passed as they are")
