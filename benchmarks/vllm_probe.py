@@ -58,10 +58,7 @@ def rss_mib() -> float:
 
 
 def arm(name: str, args) -> dict:
-    from data_builders.agent.loop import Agent, AgentConfig
     from data_builders.backends.base import SamplingParams
-    from data_builders.backends.loading import backend_from_config
-    from data_builders.tasks import load_tasks
     from recipes import compose
 
     in_engine, eager = ARMS[name]
@@ -70,12 +67,7 @@ def arm(name: str, args) -> dict:
                   + ([f"backend.block_size={args.block_size}"] if args.block_size else []))
     from vllm.compilation.counter import compilation_counter
 
-    t0 = time.perf_counter()
-    backend = backend_from_config(cfg.model, cfg.backend)
-    start = time.perf_counter() - t0
-    agent = Agent(backend, AgentConfig(mode="default"))
-    prompts = [agent._render(agent._start(t, i))
-               for i, t in enumerate(load_tasks("builtin", split="test", limit=args.prompts))]
+    backend, start, prompts = engine_and_prompts(cfg, args.prompts)
     aot = {"aot_loaded": compilation_counter.num_aot_artifacts_loaded,
            "aot_compiled": compilation_counter.num_aot_compiles}
     if name == "compiled-restart":     # the start is what this arm times; the read checks the reloaded graph
@@ -92,21 +84,9 @@ def arm(name: str, args) -> dict:
     backend.prefill(prompts[:2])          # warm-up; the hf-copy arm loads its copy here
     warm = time.perf_counter() - t0
     backend.generate(prompts[:2], params)
-    gen, probe, both, tokens, cached, prompt_tokens = [], [], [], 0, 0, 0
-    for _ in range(args.repeats):
-        backend.llm.reset_prefix_cache()
-        t0 = time.perf_counter()
-        out = backend.generate(prompts, params)
-        gen.append(time.perf_counter() - t0)
-        backend.llm.reset_prefix_cache()
-        t0 = time.perf_counter()
-        state = backend.prefill(prompts)
-        t1 = time.perf_counter()
-        after = backend.generate(prompts, params, prefill_state=state)
-        probe.append(t1 - t0)
-        both.append(time.perf_counter() - t0)
-        tokens = sum(len(g.token_ids) for g in out)
-        cached, prompt_tokens = sum(g.cached_tokens for g in after), sum(g.prompt_tokens for g in after)
+    gen, probe, both, out, state, after = timed_reads(backend, prompts, params, args.repeats)
+    tokens = sum(len(g.token_ids) for g in out)
+    cached, prompt_tokens = sum(g.cached_tokens for g in after), sum(g.prompt_tokens for g in after)
     import torch
 
     torch.save({"hidden": state.hidden, "tokens": [g.token_ids for g in out]}, os.path.join(args.out, name + ".pt"))
@@ -119,6 +99,44 @@ def arm(name: str, args) -> dict:
             "hf_copy_loaded": backend._hf is not None,
             "block_size": backend.llm.llm_engine.vllm_config.cache_config.block_size,
             "cached_after_read": cached / prompt_tokens}
+
+
+def engine_and_prompts(cfg, n: int):
+    """The engine of ``cfg`` (a rollout config), its start in seconds, and the first prompts of ``n`` built-in
+    test tasks as the agent renders them (default mode)."""
+    from data_builders.agent.loop import Agent, AgentConfig
+    from data_builders.backends.loading import backend_from_config
+    from data_builders.tasks import load_tasks
+
+    t0 = time.perf_counter()
+    backend = backend_from_config(cfg.model, cfg.backend)
+    start = time.perf_counter() - t0
+    agent = Agent(backend, AgentConfig(mode="default"))
+    return backend, start, [agent.initial_prompt(t) for t in load_tasks("builtin", split="test", limit=n)]
+
+
+def timed_reads(backend, prompts, params, repeats: int, sync=lambda: None):
+    """Per repeat, each from an empty prefix cache: generation alone, then the probe read and the generation that
+    continues it (``sync``: wait for the device before a clock is read). Returns the seconds of each (generate,
+    read, read + generate) and the last repeat's plain generations, read and generations after the read."""
+    gen, probe, both = [], [], []
+    for _ in range(repeats):
+        backend.llm.reset_prefix_cache()
+        sync()
+        t0 = time.perf_counter()
+        out = backend.generate(prompts, params)
+        sync()
+        gen.append(time.perf_counter() - t0)
+        backend.llm.reset_prefix_cache()
+        t0 = time.perf_counter()
+        state = backend.prefill(prompts)
+        sync()
+        t1 = time.perf_counter()
+        after = backend.generate(prompts, params, prefill_state=state)
+        sync()
+        probe.append(t1 - t0)
+        both.append(time.perf_counter() - t0)
+    return gen, probe, both, out, state, after
 
 
 def main() -> None:

@@ -34,7 +34,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 ARMS = ("hf-copy", "op")
 
@@ -48,39 +47,21 @@ def gpu_used_mib() -> float:
 def arm(name: str, args) -> dict:
     import torch
 
-    from data_builders.agent.loop import Agent, AgentConfig
     from data_builders.backends.base import SamplingParams
-    from data_builders.backends.loading import backend_from_config
-    from data_builders.tasks import load_tasks
     from recipes import compose
 
     model_over = [f"model.name={args.model}", "model.adapter=null", "model.device=cuda", "model.dtype=bfloat16"]
     cfg = compose("rollout", model_over + [
         "backend=vllm", "backend.enforce_eager=false", f"backend.gpu_memory_utilization={args.gpu_util}",
         "backend.probe_device=cuda", f"backend.max_model_len={args.max_model_len}"])
-    t0 = time.perf_counter()
-    backend = backend_from_config(cfg.model, cfg.backend)
-    start = time.perf_counter() - t0
-    agent = Agent(backend, AgentConfig(mode="default"))
-    prompts = [agent._render(agent._start(t, i))
-               for i, t in enumerate(load_tasks("builtin", split="test", limit=args.prompts))]
+    # the CPU benchmark's engine start and measuring loop (this script's directory is on the path when it runs)
+    from vllm_probe import engine_and_prompts, timed_reads
+
+    backend, start, prompts = engine_and_prompts(cfg, args.prompts)
     params = SamplingParams(max_new_tokens=args.new_tokens, stop=("</tool_call>",))
     backend.prefill(prompts[:2])          # warm-up; the hf-copy arm loads its copy here
     backend.generate(prompts[:2], params)
-    gen, probe, both = [], [], []
-    for _ in range(args.repeats):
-        backend.llm.reset_prefix_cache()
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        out = backend.generate(prompts, params)
-        gen.append(time.perf_counter() - t0)
-        backend.llm.reset_prefix_cache()
-        t0 = time.perf_counter()
-        state = backend.prefill(prompts)
-        t1 = time.perf_counter()
-        backend.generate(prompts, params, prefill_state=state)
-        probe.append(t1 - t0)
-        both.append(time.perf_counter() - t0)
+    gen, probe, both, out, state, _ = timed_reads(backend, prompts, params, args.repeats, torch.cuda.synchronize)
     torch.save({"hidden": state.hidden, "tokens": [g.token_ids for g in out]}, os.path.join(args.out, name + ".pt"))
     return {"arm": name, "prompts": len(prompts), "start_s": start, "probe_path": backend.probe_path,
             "hf_copy_loaded": backend._hf is not None, "generate_s": statistics.median(gen),
