@@ -604,10 +604,10 @@ class HFBackend(ChatText, Backend):
         ids = [all_ids[i] for i in idx]
         starts = [self._kept(row, keys[i]) for i, row in zip(idx, ids)]
         enc, cache = self._batch(ids, starts, room)
+        enc["reused"] = [n for n, _ in starts] if reused is None else [reused[i] for i in idx]
         if handed_over:
             del starts
             self.release([keys[i] for i in idx])
-        enc["reused"] = [n for n, _ in starts] if reused is None else [reused[i] for i in idx]
         return idx, enc, cache
 
     def _batch(self, rows: list[list[int]], starts: list[tuple[int, list | None]], room: int = 0):
@@ -634,7 +634,7 @@ class HFBackend(ChatText, Backend):
         shape = (len(rows), heads, past + width + room if reserved else past, dim)
         for layer in range(self.n_layers):
             bufs = [torch.empty(shape, dtype=dtype, device=self.device) for _ in range(2)]
-            for buf, part in zip(bufs, range(2)):
+            for part, buf in enumerate(bufs):
                 for b, (n, kv) in enumerate(starts):
                     buf[b, :, :past - n].zero_()        # masked left padding: finite, so attention weighs it 0
                     if n:
@@ -662,11 +662,12 @@ class HFBackend(ChatText, Backend):
                 fresh = [p for p in fresh if p not in set(wave)]
         starts = [self._kept(row, key) for row, key in zip(ids, keys)]
         todo = [i for i, (row, (n, _)) in enumerate(zip(ids, starts)) if n < len(row) - 1]
+        todo_starts = [starts[i] for i in todo]
         del starts      # kept caches are replaced as each batch ends: the old ones are not all held to the end
 
         def keep(j: int, kv: list) -> None:
             self._kv[keys[todo[j]]] = (ids[todo[j]][:-1], kv)
-        self._forward_kv([ids[i][:-1] for i in todo], [self._kept(ids[i], keys[i]) for i in todo], keep)
+        self._forward_kv([ids[i][:-1] for i in todo], todo_starts, keep)
         return before
 
     def _forward_kv(self, rows: list[list[int]], starts: list[tuple[int, list | None]],
