@@ -158,15 +158,19 @@ def _spend(generated_: int, credited: int) -> None:
 
 
 def generation(generate: Callable) -> Callable:
-    """A backend's ``generate(prompts, params, ...)`` as a :func:`budget` of rows × ``params.max_new_tokens``:
-    what the backend does not report as it decodes is credited when the call returns."""
+    """A backend's ``generate(prompts, params, ...)`` as a :func:`budget` of rows × ``params.max_new_tokens``.
+    The tokens its generations hold that the backend did not report as it decoded (vLLM's and an API's calls
+    return whole) are counted as generated when the call returns, the rest of the budget is credited."""
     @functools.wraps(generate)
     def metered(self, prompts, *args, **kw):
         if _METER.get() is None:
             return generate(self, prompts, *args, **kw)
         params = args[0] if args else kw.get("params")
-        with budget(len(prompts) * int(getattr(params, "max_new_tokens", 0) or 0), call=True):
-            return generate(self, prompts, *args, **kw)
+        with budget(len(prompts) * int(getattr(params, "max_new_tokens", 0) or 0), call=True) as plan:
+            out = generate(self, prompts, *args, **kw)
+            made = sum(len(getattr(g, "token_ids", None) or ()) for g in out)
+            generated(min(made, plan.planned) - plan.generated)   # never past the call's own budget
+            return out
     return metered
 
 

@@ -68,3 +68,20 @@ def _mallopt_keep_freed() -> bool:
     ok = bool(mallopt(M_MMAP_MAX, 0)) and bool(mallopt(M_TRIM_THRESHOLD, -1))
     applied = applied or ok
     return ok
+
+
+def opt_out() -> bool:
+    """This process (and what it starts) keeps glibc's defaults from now on, and a malloc tuned earlier in it gets
+    them back: for a training loop, whose activations and logits change size with every batch's length, an
+    untrimmed heap without ``mmap`` keeps each size's peak side by side (recipe=tool_dpo grew to 24 GB and was
+    OOM-killed at its ninth step; a DPO step's largest temporaries are ~2 GB of logits). True when the defaults
+    were restored (False: nothing was tuned, or not glibc)."""
+    os.environ[ENV] = "0"
+    if not applied or not sys.platform.startswith("linux"):
+        return False
+    try:
+        mallopt = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallopt
+    except (OSError, AttributeError):
+        return False
+    M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4     # <malloc.h>; glibc's defaults: 128 KiB, 65,536 mappings
+    return bool(mallopt(M_MMAP_MAX, 65536)) and bool(mallopt(M_TRIM_THRESHOLD, 128 * 1024))

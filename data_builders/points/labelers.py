@@ -44,6 +44,7 @@ from ..tasks.schema import Task
 from ..tasks.scorers import score_task
 from . import free_labels as free
 from .free_labels import forced_answers
+from .preferences import flip_state_columns
 
 log = logging.getLogger(__name__)
 
@@ -140,12 +141,15 @@ def label_flip(backend, tasks: Sequence[Task], splits: Sequence[str], cfg: Any,
     before_text, after_text = _forced_answers(backend, before_items, cfg), _forced_answers(backend, after_items, cfg)
     before, after = _score(before_items, before_text), _score(after_items, after_text)
     rows, k_of = [], {}
-    for (task, split, pt, tr, _), b, a, bt, at in zip(points, before, after, before_text, after_text):
+    for (task, split, pt, tr, n), b, a, bt, at in zip(points, before, after, before_text, after_text):
         k = k_of[task.id] = k_of.get(task.id, -1) + 1
         flip = "helpful" if (a and not b) else "harmful" if (b and not a) else "unchanged"
         rows.append(base_row(task, split, f"{task.id}:{k}", flip == "helpful" and tr.correct)
                     | {"flip_class": flip, "before_correct": b, "after_correct": a, "episode_correct": tr.correct,
                        "tool": pt["tool"], "round": pt["round"], "summary": pt["text"]}
+                    # the state at the call, for preference pairs (recipe=tool_dpo): a harmful call prefers the
+                    # forced answer there, a helpful one of a right episode the call
+                    | flip_state_columns(tr.messages[:n], tr.messages[n]["content"], bt)
                     # the same forced answers, judged against the episode's own final answer instead of gold
                     | ({"free_label": free.flip_label(bt, at, tr.final_response, task)} if cfg.get("free_labels")
                        else {}))

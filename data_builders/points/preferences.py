@@ -11,6 +11,7 @@ answer), else the oracle's call; the pair says which.
 """
 from __future__ import annotations
 
+import json
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping, Sequence
@@ -52,6 +53,28 @@ class Texts:
     is_call: Callable[[str], bool] = lambda text: False
     oracle_call: Callable[[str], str | None] = lambda task_id: None
     flip_state: Mapping[str, dict] = field(default_factory=dict)   # point id -> {messages, call, forced_answer}
+
+
+# The columns a flip build writes for these pairs (data_builders/points/labelers.py, label_flip): the loop's messages
+# before the call (JSON), the call turn's text, and the forced answer at that moment (``\\boxed{`` included).
+FLIP_STATE_COLUMNS = ("before_messages", "call_text", "before_answer")
+
+
+def flip_state_columns(messages: Sequence[Mapping], call_text: str, forced_answer: str) -> dict[str, str]:
+    """A flip point's row fields for :func:`flip_pairs` (written by the flip labeler)."""
+    return dict(zip(FLIP_STATE_COLUMNS, (json.dumps(list(messages), ensure_ascii=False), call_text, forced_answer)))
+
+
+def flip_states(rows: Sequence[Mapping]) -> dict[str, dict]:
+    """Point id -> ``{messages, call, forced_answer}`` for the flip rows that carry the state (a dataset built
+    before the columns existed has none: its points are left out as "no recorded state")."""
+    out = {}
+    for row in rows:
+        values = [row.get(c) for c in FLIP_STATE_COLUMNS]
+        if all(isinstance(v, str) for v in values):
+            out[str(row["point_id"])] = {"messages": json.loads(values[0]), "call": values[1],
+                                         "forced_answer": values[2]}
+    return out
 
 
 def _call_side(task_id: str, texts: Texts) -> tuple[str | None, str]:
@@ -101,6 +124,9 @@ def flip_pairs(rows: Sequence[Mapping], texts: Texts) -> tuple[list[Pair], Count
         state = texts.flip_state.get(point_id)
         if state is None:
             left["no recorded state"] += 1
+            continue
+        if task_id not in texts.tools:
+            left["task not among the run's tasks"] += 1
             continue
         base = dict(point_id=point_id, task_id=task_id, split=str(row["split"]), label=int(row["label"]),
                     prompt=list(state["messages"]), tools=list(texts.tools[task_id]))

@@ -56,6 +56,29 @@ def test_work_past_its_plan_grows_the_total_and_no_meter_is_a_no_op():
     assert seen[-1][:3] == (13, 13, 0)
 
 
+def test_a_backend_call_that_returns_whole_counts_its_tokens_as_generated():
+    # vLLM's and an API's generate report nothing while they decode: before, the bar read 0 tokens to the end
+    class Whole:
+        reported = 0
+
+        @progress.generation
+        def generate(self, prompts, params):
+            progress.generated(self.reported)    # a backend reporting part of it (HF reports every step)
+            return [Generation(text="x", token_ids=[1] * n, prompt_tokens=1, finish_reason="eos") for n in prompts]
+
+    params = type("P", (), {"max_new_tokens": 8})()
+    seen, meter = metered()
+    with meter:
+        Whole().generate([3, 5], params)
+        assert seen[-1][:3] == (16, 8, 8)           # 16 planned, the 8 tokens it returned, the unused 8 credited
+        backend = Whole()
+        backend.reported = 6
+        backend.generate([3, 5], params)            # what it reported is not counted twice
+        assert seen[-1][:3] == (32, 16, 16)
+        backend.generate([9, 9], params)            # 18 returned, but never past the call's own budget of 16
+        assert seen[-1][:3] == (48, 32, 16)
+
+
 def test_the_expected_tokens_scale_the_open_budget_by_the_share_generated():
     assert progress.expected_tokens(progress.Work(1000, 0, 0)) == 1000
     # calls that returned used 30 of their 100: the open 800 at that share

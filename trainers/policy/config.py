@@ -201,6 +201,10 @@ class DPOPairs:
                                         "new tokens: a call it writes there is the call side of its pairs", ge=1)
     oracle_calls: bool = param(True, "where the policy wrote no call, the oracle's first call of the task is the "
                                      "call side (false: such pairs are left out)")
+    flip_dir: Optional[str] = param(None, "a flip decision-point dataset of the same policy (python -m "
+                                          "data_builders.build kind=flip): its harmful calls add pairs preferring "
+                                          "the answer at that moment, its helpful calls of right episodes pairs "
+                                          "preferring the call (train and val splits)")
 
 
 @dataclass
@@ -212,8 +216,14 @@ class DPOTrain:
     warmup_steps: float = param(0.0, "an integer: warmup steps; a float in [0, 1): a ratio of the total steps", ge=0)
     beta: float = param(0.1, "DPO's beta: how far the policy may move from the reference (the start policy)", gt=0)
     loss_type: str = param("sigmoid", "TRL's DPO loss (sigmoid: the DPO paper's)")
-    batch_size: int = param(4, "pairs per step and process", ge=1)
-    gradient_accumulation_steps: int = param(2, "steps accumulated per optimizer step", ge=1)
+    batch_size: int = param(2, "pairs per step and process (each pair is two sequences of ~700 tokens on the "
+                                "mix, their logits ~1 GB in float32)", ge=1)
+    gradient_accumulation_steps: int = param(4, "steps accumulated per optimizer step (8 pairs per update)", ge=1)
+    trainable_layers: Optional[int] = param(8, "LoRA of the top 8 of 30 layers is trained (null = all): backward "
+                                               "stops there, half a step's compute on CPU (as pte_grpo's)", ge=1)
+    precompute_ref_log_probs: bool = param(True, "the reference's log-probs of every pair computed once before "
+                                                 "training (the reference is fixed: the start adapter's copy), not "
+                                                 "again at every step")
     max_length: int = param(2048, "prompt + answer tokens kept (longer pairs are truncated from the left)", ge=16)
     logging_steps: int = param(5, "steps between logged losses", ge=1)
     bf16: bool = param(True, "bf16 autocast of the update (weights stay in model.dtype)")

@@ -10,8 +10,9 @@ direct answer to a task was right. Read top to bottom:
 2. the policy's own first turn on each of those tasks (default mode, greedy, one round): its call, where it wrote
    one, is a pair's call side; else the oracle's first call of the task;
 3. pairs (``data_builders/points/preferences.py``): probe label 0 (direct answer right) prefers that answer over the
-   call, label 1 prefers the call over the wrong answer; their composition per category and label is printed and
-   saved with the adapter;
+   call, label 1 prefers the call over the wrong answer; with ``recipe.pairs.flip_dir`` (a flip build of the same
+   policy) a harmful call prefers the forced answer at its moment and a helpful call of a right episode the call;
+   their composition per category and label is printed and saved with the adapter;
 4. TRL ``DPOTrainer`` on the start adapter (``model.adapter``, trained further; TRL keeps a frozen copy of it as the
    reference, so DPO's KL anchor is the start policy, not the bare base); validation pairs give the objective.
 """
@@ -19,22 +20,28 @@ from __future__ import annotations
 
 import json
 import logging
+from collections import Counter
 
 import torch
 from datasets import Dataset
 from omegaconf import DictConfig
 from trl import DPOConfig, DPOTrainer
 
+from data_builders import progress
 from data_builders.agent import prompts as P
+from data_builders.backends import malloc
 from data_builders.agent.loop import Agent, AgentConfig
 from data_builders.agent.parsing import parse_tool_call
 from data_builders.backends.hf import HFBackend
 from data_builders.environments import make_environment
 from data_builders.oracle.core import run_oracle
-from data_builders.points.preferences import Pair, Texts, composition, probe_pairs
+from data_builders.points.preferences import Pair, Texts, composition, flip_pairs, flip_states, probe_pairs
+from data_builders.points.store import load_points
+from data_builders.progress import BudgetBar
 from data_builders.tasks import tasks_from_config
 from trainers.controller.points import decision_points
-from trainers.policy.common import adapter_card, export_adapter, load_policy, shared_run, train, trainer_args
+from trainers.policy.common import (adapter_card, export_adapter, freeze_lower_layers, load_policy, shared_run,
+                                    train, trainer_args)
 from trainers.recipe import Fitted, RunInfo
 
 log = logging.getLogger(__name__)
@@ -46,7 +53,11 @@ def first_turns(backend, tasks: list, build: DictConfig, max_new_tokens: int) ->
     cfg = AgentConfig(mode=build.feature_mode, max_rounds=1, max_new_tokens=max_new_tokens, temperature=0.0,
                       max_in_flight=max(len(tasks), 1), call_format=build.agent.call_format)
     out = {}
-    for task, tr in zip(tasks, Agent(backend, cfg).run(tasks)):
+    # the build's bar (generated tokens, tasks in the postfix): on CPU this phase takes minutes
+    with BudgetBar("tool_dpo first turns", {0: len(tasks)}) as bar, \
+            progress.metering(lambda work: bar.work(0, work)):
+        trajs = Agent(backend, cfg).run(tasks, on_done=lambda tr: bar.tick(0))
+    for task, tr in zip(tasks, trajs):
         turn = next((m["content"] for m in tr.messages if m["role"] == "assistant"), None)
         if turn:
             out[str(task.id)] = turn
@@ -64,6 +75,16 @@ def oracle_call(task, call_format: str) -> str | None:
     return P.tool_call_text(run.steps[0].name, run.steps[0].arguments, call_format)
 
 
+def own_flip_points(flip_dir: str, probe_manifest: dict) -> list[dict]:
+    """The train and val flip points of ``flip_dir``, which must come from the probe points' policy and engine
+    (a pair's texts are the policy's own)."""
+    flips = load_points(flip_dir, kind="flip", features=False)
+    if flips.manifest.get("backend") != probe_manifest.get("backend"):
+        raise ValueError(f"recipe.pairs.flip_dir={flip_dir}: built with backend {flips.manifest.get('backend')}, "
+                         f"the probe points with {probe_manifest.get('backend')}; the pairs need one policy's texts")
+    return [r for r in flips.points if r["split"] in ("train", "val")]
+
+
 def pair_rows(pairs: list[Pair], render) -> list[dict]:
     """TRL's standard preference format: the rendered prompt (chat template, tools, generation prompt) and the two
     answers (TRL appends the end-of-turn token)."""
@@ -74,11 +95,13 @@ def pair_rows(pairs: list[Pair], render) -> list[dict]:
 def fit(recipe: DictConfig, cfg: DictConfig, run: RunInfo) -> Fitted:
     t = recipe.train
     torch.manual_seed(t.seed)
+    malloc.opt_out()    # a training process: glibc's own malloc (the backend below would tune it for inference)
     points, build = decision_points(cfg, command=run.command, kind="probe")
     rows = [r for r in points.points if r["split"] in ("train", "val")]
     if not rows:
         raise ValueError(f"{build.out_dir}: no train or val probe points to build pairs from")
-    wanted = {str(r["task_id"]) for r in rows}
+    flip_rows = own_flip_points(recipe.pairs.flip_dir, points.manifest) if recipe.pairs.flip_dir else []
+    wanted = {str(r["task_id"]) for r in rows + flip_rows}
     tasks = {str(task.id): task for task in tasks_from_config(build, "train") if str(task.id) in wanted}
 
     policy = load_policy(cfg.model, recipe.lora)
@@ -94,8 +117,11 @@ def fit(recipe: DictConfig, cfg: DictConfig, run: RunInfo) -> Fitted:
         tools={k: make_environment(task.env).tool_specs() for k, task in tasks.items()},
         first_turn=own, is_call=lambda text: parse_tool_call(text) is not None,
         oracle_call=(lambda k: oracle_call(tasks[k], agent.call_format)) if recipe.pairs.oracle_calls
-        else (lambda k: None))
+        else (lambda k: None), flip_state=flip_states(flip_rows))
     pairs, left = probe_pairs(rows, texts)
+    if flip_rows:
+        more, left_flip = flip_pairs(flip_rows, texts)
+        pairs, left = pairs + more, left + Counter({f"flip: {k}": v for k, v in left_flip.items()})
     comp = composition(pairs)
     print(f"tool_dpo pairs: {len(pairs)} from {len(rows)} probe points ({build.out_dir})")
     print(json.dumps({"composition": comp, "left_out": dict(left)}, indent=2))
@@ -113,9 +139,11 @@ def fit(recipe: DictConfig, cfg: DictConfig, run: RunInfo) -> Fitted:
         beta=t.beta, loss_type=t.loss_type, max_length=t.max_length, truncation_mode="keep_end",
         per_device_train_batch_size=t.batch_size, per_device_eval_batch_size=t.batch_size,
         gradient_accumulation_steps=t.gradient_accumulation_steps, logging_steps=t.logging_steps,
-        eval_strategy="no")
+        precompute_ref_log_probs=t.precompute_ref_log_probs, eval_strategy="no")
     trainer = DPOTrainer(model=policy.model, args=args, train_dataset=Dataset.from_list(train_rows),
                          processing_class=policy.tokenizer)
+    # after TRL made its reference copy (it marks the whole adapter trainable), before its optimizer exists
+    freeze_lower_layers(trainer.model, t.trainable_layers)
     metrics = train(trainer)
     if val_rows:
         ev = trainer.evaluate(Dataset.from_list(val_rows))

@@ -41,7 +41,6 @@ from __future__ import annotations
 import json
 import logging
 import random
-import re
 import time
 from collections import Counter
 from contextlib import contextmanager
@@ -64,8 +63,8 @@ from data_builders.backends.openai_backend import OpenAIBackend
 from data_builders.backends.vllm_backend import VLLMBackend
 from data_builders.metrics.pte import PTEConfig
 from data_builders.tasks.schema import task_key
-from trainers.policy.common import (adapter_card, export_adapter, load_policy, shared_run, train, train_tasks,
-                                    trainer_args)
+from trainers.policy.common import (adapter_card, export_adapter, freeze_lower_layers, load_policy, shared_run,
+                                    train, train_tasks, trainer_args)
 from trainers.policy.rewards import fewest_correct_calls, reward_scaling, reward_setup
 from trainers.recipe import Fitted, RunInfo
 
@@ -263,25 +262,6 @@ def prompt_dataset(tasks: Sequence, render_first: Callable[[Any], str], seed: in
 
 
 # ---------------------------------------------------------------------------- fit
-def freeze_lower_layers(model, top: int | None) -> int:
-    """Train only the LoRA weights of the top ``top`` decoder layers (None: all). Autograd then stops
-    below the lowest trainable layer, which removes most of the backward pass: on 2 CPU cores the policy
-    update, a forward and backward over every episode's whole context (~900 tokens), not generation, is
-    the dominant cost of a GRPO step. Returns the number of trainable tensors."""
-    n_layers = model.config.num_hidden_layers
-    lowest = 0 if top is None else max(n_layers - int(top), 0)
-    trainable = 0
-    for name, p in model.named_parameters():
-        if "lora_" not in name:
-            continue
-        m = re.search(r"\.layers\.(\d+)\.", name)
-        p.requires_grad = m is None or int(m.group(1)) >= lowest
-        trainable += int(p.requires_grad)
-    if not trainable:
-        raise ValueError(f"train.trainable_layers={top} leaves no LoRA weight trainable")
-    return trainable
-
-
 def fit(recipe: DictConfig, cfg: DictConfig, run: RunInfo) -> Fitted:
     t, g, r = recipe.train, recipe.generation, recipe.reward
     torch.manual_seed(t.seed)

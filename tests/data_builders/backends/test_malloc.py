@@ -113,3 +113,22 @@ def test_the_switch():
         with mock.patch.object(malloc, "_mallopt_keep_freed") as mallopt:
             assert malloc.keep_freed_memory() is False
         mallopt.assert_not_called()
+
+
+def test_a_training_process_opts_out_and_gets_glibcs_defaults_back(tiny_model_dir, monkeypatch):
+    # recipe=tool_dpo builds an HF backend for the policy's first turns, then trains: with malloc tuned for
+    # inference its heap kept every batch length's logits side by side (24 GB, OOM-killed)
+    from data_builders.backends.loading import load_backend
+
+    monkeypatch.setenv(malloc.ENV, "1")
+    monkeypatch.setattr(malloc, "applied", True)           # tuned earlier in this process
+    calls = []
+    libc = type("Libc", (), {"mallopt": staticmethod(lambda param, value: calls.append((param, value)) or 1)})
+    with mock.patch.object(malloc.ctypes, "CDLL", return_value=libc):
+        assert malloc.opt_out() is GLIBC
+    if GLIBC:
+        assert calls == [(-4, 65536), (-1, 128 * 1024)]    # M_MMAP_MAX, M_TRIM_THRESHOLD: glibc's defaults
+    assert os.environ[malloc.ENV] == "0"                   # inherited by what the process starts
+    with mock.patch.object(malloc, "_mallopt_keep_freed", return_value=True) as mallopt:
+        load_backend(str(tiny_model_dir), max_batch_size=2)
+    mallopt.assert_not_called()                            # a backend built later leaves it alone

@@ -83,6 +83,34 @@ def test_flip_classes_and_execute_label():
     assert t["structural"][:, 1].tolist() == [1.0] * 4               # each is the episode's first call
 
 
+def test_flip_rows_record_the_state_a_preference_pair_needs():
+    from data_builders.agent.parsing import parse_tool_call
+    from data_builders.points.preferences import HARMFUL_CALL, HELPFUL_CALL, Texts, flip_pairs, flip_states
+
+    tasks = [calc_task(1, "20+20", "40"), calc_task(3, "5+5", "10")]
+    scripts = {"20+20": [CALL % "20+20", "\\boxed{40}"], "5+5": [CALL % "5+5", "\\boxed{11}"]}
+    forced = {"20+20": ("41", "40"), "5+5": ("10", "11")}
+    rows, _ = label_flip(ForcingBackend(scripts, forced), tasks, ["train", "val"], CFG)
+    states = flip_states(rows)
+    by = {r["task_id"]: r for r in rows}
+    for r in rows:
+        s = states[r["point_id"]]
+        # the messages up to the call (the call turn not among them), the call exactly as the policy wrote it,
+        # and the forced answer at that moment (before the tool ran), prefill included
+        assert s["messages"][-1]["role"] == "user" and all(m["role"] != "tool" for m in s["messages"])
+        assert s["call"] == CALL % ("20+20" if r["task_id"] == "1" else "5+5")
+        assert parse_tool_call(s["call"]) is not None
+        assert s["forced_answer"] == ANSWER_PREFILL + ("41}" if r["task_id"] == "1" else "10}")
+    pairs, left = flip_pairs(rows, Texts(first_prompt={}, tools={"1": [], "3": []}, flip_state=states))
+    got = {p.task_id: p for p in pairs}
+    assert not left and by["3"]["flip_class"] == "harmful" and by["1"]["label"] == 1
+    assert got["3"].category == HARMFUL_CALL and got["3"].chosen == ANSWER_PREFILL + "10}"   # answer, not call
+    assert got["1"].category == HELPFUL_CALL and got["1"].chosen == CALL % "20+20" and got["1"].split == "train"
+    # a dataset built before these columns: every point left out, nothing guessed
+    old = [{k: v for k, v in r.items() if k not in ("call_text", "before_answer", "before_messages")} for r in rows]
+    assert flip_states(old) == {}
+
+
 @pytest.mark.parametrize("rule,expected", [("fixed", [1, 0, 0]), ("wrong", [1, 0, 1])])
 def test_commit_label_rules(rule, expected):
     tasks = [calc_task(1, "6*7", "42"), calc_task(2, "8*8", "64"), calc_task(3, "9*9", "81"), calc_task(4, "2*5", "10")]
