@@ -128,5 +128,6 @@ def test_tool_dpo_trains_the_start_adapter_on_pairs_from_the_probe_labels(tiny_m
     # only the top layer's LoRA trained (trainable_layers=1): backward stops there
     changed = {k for k in before if not torch.equal(before[k], after[k])}
     assert changed and all(".layers.1." in k for k in changed)
+    assert not (out / "ref").exists()        # TRL's frozen reference copy is not part of the export
     card = ModelCard.load(out / "README.md")
     assert "dpo" in card.data.tags and '"answer_known"' in card.text and "Reproduce: `pytest`" in card.text

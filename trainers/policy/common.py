@@ -213,8 +213,9 @@ def export_adapter(trainer, export_dir: Path, card: ModelCard, cfg: DictConfig, 
     if accelerator.is_main_process:
         export_dir.mkdir(parents=True, exist_ok=True)
         model: PeftModel = accelerator.unwrap_model(trainer.model)
-        # peft picks the adapter's tensors out of the full state dict and writes only those
-        model.save_pretrained(str(export_dir), state_dict=state_dict)
+        # peft picks the adapter's tensors out of the full state dict and writes only those; only the trained one
+        # (TRL DPO adds a frozen "ref" copy, which peft would write to a subdirectory)
+        model.save_pretrained(str(export_dir), state_dict=state_dict, selected_adapters=["default"])
         _write_papers(export_dir, card, cfg, metrics)
     accelerator.wait_for_everyone()
 
