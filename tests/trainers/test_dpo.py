@@ -99,7 +99,7 @@ def test_tool_dpo_trains_the_start_adapter_on_pairs_from_the_probe_labels(tiny_m
     cfg = compose("fit", [
         "recipe=tool_dpo", "model=hf", f"model.name={tiny_model_dir}", f"model.adapter={start}", "logger=none",
         f"recipe.output_dir={tmp_path / 'adapter'}", f"recipe.points.dir={tmp_path / 'points'}",
-        f"recipe.pairs.flip_dir={tmp_path / 'flip'}",
+        f"recipe.pairs.flip_dir={tmp_path / 'flip'}", "recipe.pairs.categories=[answer_known,tool_needed,harmful_call]",
         "tasks.n_per_cell=1", "tasks.envs=[CalculatorEnv,HashEnv]", "recipe.pairs.first_turn_tokens=8",
         "recipe.train.max_steps=2", "recipe.train.batch_size=2", "recipe.train.gradient_accumulation_steps=1",
         "recipe.train.learning_rate=0.01", "recipe.train.bf16=false", "recipe.train.trainable_layers=1"])
@@ -109,13 +109,14 @@ def test_tool_dpo_trains_the_start_adapter_on_pairs_from_the_probe_labels(tiny_m
     out = fitted.export_dir
     m = json.loads((out / "metrics.json").read_text())
     # every probe point gave a pair (the tiny model writes no call: the call side is the oracle's), split as its
-    # point; every harmful and helpful flip point one more, the unchanged ones none
+    # point; every harmful flip point one more, the unchanged ones none, the helpful ones none here (their category
+    # is not among recipe.pairs.categories)
     n_val = sum(r["split"] == "val" for r in rows)
     n_flip = {c: sum(r["flip_class"] == c for r in flips) for c in ("harmful", "helpful", "unchanged")}
-    assert m["pairs"] == {"train": len(rows) - n_val + n_flip["harmful"] + n_flip["helpful"], "val": n_val}
-    assert m["left_out"] == {"flip: flip class unchanged (no preference)": n_flip["unchanged"]}
-    assert m["composition"]["harmful_call"]["pairs"] == n_flip["harmful"]
-    assert m["composition"]["helpful_call"]["label"] == {"1": n_flip["helpful"]}
+    assert m["pairs"] == {"train": len(rows) - n_val + n_flip["harmful"], "val": n_val}
+    assert m["left_out"] == {"flip: flip class unchanged (no preference)": n_flip["unchanged"],
+                             "category helpful_call not in recipe.pairs.categories": n_flip["helpful"]}
+    assert m["composition"]["harmful_call"]["pairs"] == n_flip["harmful"] and "helpful_call" not in m["composition"]
     comp = m["composition"]
     assert comp["answer_known"]["label"] == {"0": sum(r["label"] == 0 for r in rows)}
     assert comp["tool_needed"]["label"] == {"1": sum(r["label"] == 1 for r in rows)}

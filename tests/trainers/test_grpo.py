@@ -92,6 +92,15 @@ def test_hdpo_advantages_are_accuracy_plus_efficiency_among_the_correct_only():
     assert got[3] == got[2] and got[1] > got[2]
 
 
+def test_hdpo_runs_are_ranked_by_accuracy_since_their_mean_reward_is_zero():
+    from trainers.policy.grpo import objective
+
+    log = [{"reward": 0.0}] * 8                                  # what TRL logs for hdpo, whatever the policy does
+    rollouts = [{"accuracy": a} for a in (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.9, 0.7)]
+    assert objective("hdpo", log, rollouts) == ("accuracy", pytest.approx(0.8))     # the last quarter: 0.9, 0.7
+    assert objective("pte", [{"reward": r} for r in (0.0, 1.0, 0.2, 0.4)], rollouts) == ("reward", 0.4)
+
+
 def test_otc_tool_score_matches_the_paper_shape():
     assert otc_tool_score(0, 0) == 1.0                       # solvable without tools, no call
     assert otc_tool_score(1, 0) == pytest.approx(math.cos(math.pi / 3))

@@ -201,6 +201,10 @@ class DPOPairs:
                                         "new tokens: a call it writes there is the call side of its pairs", ge=1)
     oracle_calls: bool = param(True, "where the policy wrote no call, the oracle's first call of the task is the "
                                      "call side (false: such pairs are left out)")
+    categories: List[str] = param(["answer_known", "tool_needed", "harmful_call", "helpful_call"],
+                                  "the pair categories trained on (data_builders/points/preferences.py): e.g. "
+                                  "[answer_known] only where the policy already calls on nearly every task",
+                                  items=("answer_known", "tool_needed", "harmful_call", "helpful_call"))
     flip_dir: Optional[str] = param(None, "a flip decision-point dataset of the same policy (python -m "
                                           "data_builders.build kind=flip): its harmful calls add pairs preferring "
                                           "the answer at that moment, its helpful calls of right episodes pairs "

@@ -122,6 +122,10 @@ def fit(recipe: DictConfig, cfg: DictConfig, run: RunInfo) -> Fitted:
     if flip_rows:
         more, left_flip = flip_pairs(flip_rows, texts)
         pairs, left = pairs + more, left + Counter({f"flip: {k}": v for k, v in left_flip.items()})
+    wanted_kinds = set(recipe.pairs.categories)
+    left += Counter(f"category {p.category} not in recipe.pairs.categories" for p in pairs
+                    if p.category not in wanted_kinds)
+    pairs = [p for p in pairs if p.category in wanted_kinds]
     comp = composition(pairs)
     print(f"tool_dpo pairs: {len(pairs)} from {len(rows)} probe points ({build.out_dir})")
     print(json.dumps({"composition": comp, "left_out": dict(left)}, indent=2))

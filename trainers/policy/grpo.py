@@ -329,7 +329,8 @@ def fit(recipe: DictConfig, cfg: DictConfig, run: RunInfo) -> Fitted:
     log.info("adapter saved to %s; first batch %s; last batch %s", export_dir,
              json.dumps(rollout.history[0]) if rollout.history else None,
              json.dumps(rollout.history[-1]) if rollout.history else None)
-    return Fitted(export_dir, objective=metrics["reward"], objective_name="reward", metrics=metrics)
+    name, value = objective(r.kind, trainer.state.log_history, rollout.history)
+    return Fitted(export_dir, objective=value, objective_name=name, metrics=metrics)
 
 
 def rank_batch(episodes: int, processes: int) -> int:
@@ -349,6 +350,19 @@ def last_reward(log_history: list[dict]) -> float:
         raise ValueError("the GRPO run logged no reward (train.max_steps must be >= 1)")
     last = rewards[-max(1, len(rewards) // 4):]
     return sum(last) / len(last)
+
+
+def objective(kind: str, log_history: list[dict], rollouts: list[dict]) -> tuple[str, float]:
+    """What a sweep ranks a run by: the mean reward where the reward is one (:func:`last_reward`); for ``hdpo``,
+    whose two reward functions are advantages with zero mean in every group (so TRL's mean reward is 0 whatever
+    the policy does), the sampled rollouts' accuracy over the same last quarter of the steps."""
+    if kind != "hdpo":
+        return "reward", last_reward(log_history)
+    acc = [float(h["accuracy"]) for h in rollouts if "accuracy" in h]
+    if not acc:
+        raise ValueError("the GRPO run recorded no rollout (train.max_steps must be >= 1)")
+    last = acc[-max(1, len(acc) // 4):]
+    return "accuracy", sum(last) / len(last)
 
 
 def card_body(recipe: DictConfig, base: str, metrics: dict, rollouts: list[dict]) -> str:
