@@ -52,22 +52,26 @@ def _mallopt_keep_freed() -> bool:
     system time that way, 1.1 million and 14.3 s with this (docs/results.md#where-the-main-jobs-time-goes). With
     ``mmap`` off and no trimming, the heap grows to the process's peak once and is reused: the process keeps
     that peak, as jemalloc or tcmalloc would. Process-wide and idempotent; False where the C library has no
-    ``mallopt`` (not glibc). The only caller of ``mallopt``."""
+    ``mallopt`` (not glibc)."""
     global applied
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
-        return False
-    M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4     # <malloc.h>
     # -1: glibc reads the threshold as a size_t, so no trimming at all. A threshold of 2 GB (the largest positive
     # int) still trimmed after each round of the main job: a batch's KV cache alone is ~2.2 GB when it is freed,
     # and every round faulted it in again (12 s of the job, 1.6 M page faults)
-    ok = bool(mallopt(M_MMAP_MAX, 0)) and bool(mallopt(M_TRIM_THRESHOLD, -1))
+    ok = _mallopt(mmap_max=0, trim_threshold=-1)
     applied = applied or ok
     return ok
+
+
+def _mallopt(mmap_max: int, trim_threshold: int) -> bool:
+    """Set glibc's ``M_MMAP_MAX`` and ``M_TRIM_THRESHOLD``; False where the C library has no ``mallopt``."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        mallopt = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallopt
+    except (OSError, AttributeError):
+        return False
+    M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4     # <malloc.h>
+    return bool(mallopt(M_MMAP_MAX, mmap_max)) and bool(mallopt(M_TRIM_THRESHOLD, trim_threshold))
 
 
 def opt_out() -> bool:
@@ -77,11 +81,5 @@ def opt_out() -> bool:
     OOM-killed at its ninth step; a DPO step's largest temporaries are ~2 GB of logits). True when the defaults
     were restored (False: nothing was tuned, or not glibc)."""
     os.environ[ENV] = "0"
-    if not applied or not sys.platform.startswith("linux"):
-        return False
-    try:
-        mallopt = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallopt
-    except (OSError, AttributeError):
-        return False
-    M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4     # <malloc.h>; glibc's defaults: 128 KiB, 65,536 mappings
-    return bool(mallopt(M_MMAP_MAX, 65536)) and bool(mallopt(M_TRIM_THRESHOLD, 128 * 1024))
+    # glibc's defaults: 65,536 mappings, a 128 KiB trim threshold
+    return applied and _mallopt(mmap_max=65536, trim_threshold=128 * 1024)
