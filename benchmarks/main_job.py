@@ -53,7 +53,9 @@ PATHS = {"kv_cache": "dynamic: the library's DynamicCache (a copy of the whole c
                            "generate call",
          "prefix_pool_mib": "0: no KV kept for prompt prefixes that several prompts share",
          "ragged_attention": "false: transformers' SDPA reads every row's keys and values from the batch's left edge",
-         "decode_ratio": "a decode batch's longest prompt over its shortest (a setting, not a previous path)"}
+         "matmul_decode": "false: a decode step's attention per run of rows through torch's SDPA kernel",
+         "decode_ratio": "a decode batch's longest prompt over its shortest (a setting, not a previous path)",
+         "decode_batch_tokens": "a decode batch's rows x longest length at most (its KV cache; a setting)"}
 FIGURES = re.compile(r"^g_step: test_auroc=.*$", re.M)
 
 

@@ -299,6 +299,9 @@ class HFBackend(ChatText, Backend):
     #: batch's left edge (``ragged_attention.py``): a step of a left-padded batch reads the padding's keys and values
     #: too. False: transformers' SDPA as is (the previous code path, kept for benchmarks/main_job.py's side-by-side).
     ragged_attention = True
+    #: ... and each run's attention is two batched matmuls and a softmax (``ragged_attention.decode_attention``),
+    #: not torch's SDPA kernel. False: SDPA per run (the previous code path, kept for benchmarks/main_job.py).
+    matmul_decode = True
 
     def __init__(self, model, tokenizer, *, model_id: str, adapter: str | None = None, max_batch_size: int = 32,
                  max_batch_tokens: int = 16384):
@@ -330,7 +333,7 @@ class HFBackend(ChatText, Backend):
             keep_freed_memory()
         if (self.ragged_attention and self.model.device.type == "cpu"
                 and getattr(cfg, "_attn_implementation", None) == "sdpa"):
-            self.model.set_attn_implementation(ragged_attention.register())
+            self.model.set_attn_implementation(ragged_attention.register(matmul=self.matmul_decode))
         gen_cfg = getattr(model, "generation_config", None)
         eos = getattr(gen_cfg, "eos_token_id", None) or tokenizer.eos_token_id
         self._eos_ids = set(eos if isinstance(eos, list) else [eos])

@@ -12,6 +12,7 @@ answer), else the oracle's call; the pair says which.
 from __future__ import annotations
 
 import json
+import random
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping, Sequence
@@ -137,6 +138,26 @@ def flip_pairs(rows: Sequence[Mapping], texts: Texts) -> tuple[list[Pair], Count
             pairs.append(Pair(**base, category=HELPFUL_CALL, chosen=state["call"], rejected=state["forced_answer"],
                               prefers_call=True))
     return pairs, left
+
+
+def balanced(pairs: Sequence[Pair], seed: int = 0) -> tuple[list[Pair], Counter]:
+    """As many answer-preferred pairs as call-preferred ones in each split: the larger side is subsampled (seeded;
+    the kept pairs keep their order). A policy that calls on nearly every task and is trained on twice as many
+    call-preferred pairs learns to call more, on the tasks it knows too; balanced, what is left to learn is which
+    prompts prefer which side. The counter says how many of each split and side were left out."""
+    rng = random.Random(seed)
+    drop: set[int] = set()
+    left = Counter()
+    for split in sorted({p.split for p in pairs}):
+        sides = {flag: [i for i, p in enumerate(pairs) if p.split == split and p.prefers_call == flag]
+                 for flag in (True, False)}
+        n = min(len(v) for v in sides.values())
+        for flag, idx in sides.items():
+            cut = set(idx) - set(rng.sample(idx, n))
+            drop |= cut
+            if cut:
+                left[f"balance: {split} {'call' if flag else 'answer'}-preferred over the other side's {n}"] += len(cut)
+    return [p for i, p in enumerate(pairs) if i not in drop], left
 
 
 def composition(pairs: Sequence[Pair]) -> dict[str, dict]:

@@ -209,6 +209,8 @@ class DPOPairs:
                                           "data_builders.build kind=flip): its harmful calls add pairs preferring "
                                           "the answer at that moment, its helpful calls of right episodes pairs "
                                           "preferring the call (train and val splits)")
+    balance: bool = param(False, "as many answer-preferred pairs as call-preferred ones per split (the larger side "
+                                 "subsampled, seeded by train.seed), after categories")
 
 
 @dataclass

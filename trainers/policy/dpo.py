@@ -35,7 +35,7 @@ from data_builders.agent.parsing import parse_tool_call
 from data_builders.backends.hf import HFBackend
 from data_builders.environments import make_environment
 from data_builders.oracle.core import run_oracle
-from data_builders.points.preferences import Pair, Texts, composition, flip_pairs, flip_states, probe_pairs
+from data_builders.points.preferences import Pair, Texts, balanced, composition, flip_pairs, flip_states, probe_pairs
 from data_builders.points.store import load_points
 from data_builders.progress import BudgetBar
 from data_builders.tasks import tasks_from_config
@@ -126,6 +126,9 @@ def fit(recipe: DictConfig, cfg: DictConfig, run: RunInfo) -> Fitted:
     left += Counter(f"category {p.category} not in recipe.pairs.categories" for p in pairs
                     if p.category not in wanted_kinds)
     pairs = [p for p in pairs if p.category in wanted_kinds]
+    if recipe.pairs.balance:
+        pairs, cut = balanced(pairs, seed=t.seed)
+        left += cut
     comp = composition(pairs)
     print(f"tool_dpo pairs: {len(pairs)} from {len(rows)} probe points ({build.out_dir})")
     print(json.dumps({"composition": comp, "left_out": dict(left)}, indent=2))

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from data_builders.agent.parsing import has_boxed, parse_tool_call
 from data_builders.agent.prompts import tool_call_text
-from data_builders.points.preferences import (ANSWER_KNOWN, HARMFUL_CALL, HELPFUL_CALL, TOOL_NEEDED, Texts,
-                                              composition, flip_pairs, probe_pairs)
+from data_builders.points.preferences import (ANSWER_KNOWN, HARMFUL_CALL, HELPFUL_CALL, TOOL_NEEDED, Pair, Texts,
+                                              balanced, composition, flip_pairs, probe_pairs)
 
 TOOLS = [{"type": "function", "function": {"name": "add", "parameters": {"type": "object", "properties": {}}}}]
 OWN_CALL = "I will compute it.\n" + tool_call_text("add", {"a": 2, "b": 2}, "xml")
@@ -64,3 +64,21 @@ def test_flip_pairs_prefer_answering_before_a_harmful_call_and_calling_where_the
     assert (by["t0:0"].chosen, by["t0:0"].rejected) == ("\\boxed{4}", OWN_CALL)
     assert by["t1:0"].category == HELPFUL_CALL and by["t1:0"].prefers_call and by["t1:0"].chosen == OWN_CALL
     assert by["t1:0"].prompt == state["messages"] and by["t1:0"].split == "test"
+
+
+def test_balanced_pairs_keep_as_many_answer_preferred_as_call_preferred_pairs_per_split():
+    def pair(i, split, prefers_call):
+        return Pair(point_id=f"{split}{i}", task_id=f"t{i}", split=split, category=TOOL_NEEDED if prefers_call
+                    else ANSWER_KNOWN, label=int(prefers_call), prompt=[], tools=[], prefers_call=prefers_call)
+    pairs = ([pair(i, "train", True) for i in range(9)] + [pair(i, "train", False) for i in range(9, 12)]
+             + [pair(i, "val", False) for i in range(2)] + [pair(i, "val", True) for i in range(2, 3)])
+    kept, left = balanced(pairs, seed=3)
+    count = {(s, c): sum(p.split == s and p.prefers_call == c for p in kept) for s in ("train", "val") for c in (0, 1)}
+    assert count == {("train", 0): 3, ("train", 1): 3, ("val", 0): 1, ("val", 1): 1}
+    # the minority side is kept whole, the pairs keep their order, and what was cut is counted
+    assert [p for p in kept if not p.prefers_call and p.split == "train"] == pairs[9:12]
+    assert [pairs.index(p) for p in kept] == sorted(pairs.index(p) for p in kept)
+    assert left == {"balance: train call-preferred over the other side's 3": 6,
+                    "balance: val answer-preferred over the other side's 1": 1}
+    # seeded: the same seed cuts the same pairs, another seed (here) other ones
+    assert balanced(pairs, seed=3)[0] == kept and balanced(pairs, seed=4)[0] != kept
