@@ -102,7 +102,8 @@ def test_tool_dpo_trains_the_start_adapter_on_pairs_from_the_probe_labels(tiny_m
         f"recipe.pairs.flip_dir={tmp_path / 'flip'}", "recipe.pairs.categories=[answer_known,tool_needed,harmful_call]",
         "tasks.n_per_cell=1", "tasks.envs=[CalculatorEnv,HashEnv]", "recipe.pairs.first_turn_tokens=8",
         "recipe.train.max_steps=2", "recipe.train.batch_size=2", "recipe.train.gradient_accumulation_steps=1",
-        "recipe.train.learning_rate=0.01", "recipe.train.bf16=false", "recipe.train.trainable_layers=1"])
+        "recipe.train.learning_rate=0.01", "recipe.train.bf16=false", "recipe.train.trainable_layers=1",
+        "recipe.train.sft_weight=0.5"])
     rows = probe_points(tmp_path / "points", tasks_from_config(cfg, "train"))
     flips = flip_points(tmp_path / "flip", tasks_from_config(cfg, "train"))
     fitted = fit(cfg.recipe, cfg, RunInfo(dir=tmp_path / "run", command="pytest"))
@@ -132,3 +133,12 @@ def test_tool_dpo_trains_the_start_adapter_on_pairs_from_the_probe_labels(tiny_m
     assert not (out / "ref").exists()        # TRL's frozen reference copy is not part of the export
     card = ModelCard.load(out / "README.md")
     assert "dpo" in card.data.tags and '"answer_known"' in card.text and "Reproduce: `pytest`" in card.text
+    assert "loss 1 × `sigmoid` + 0.5 × `sft`" in card.text
+
+
+def test_an_sft_weight_adds_trls_nll_loss_on_the_preferred_side_beside_the_dpo_loss():
+    from trainers.policy.config import DPOTrain
+    from trainers.policy.dpo import losses
+
+    assert losses(DPOTrain()) == (["sigmoid"], [1.0])
+    assert losses(DPOTrain(loss_type="ipo", sft_weight=0.25)) == (["ipo", "sft"], [1.0, 0.25])

@@ -222,6 +222,10 @@ class DPOTrain:
     warmup_steps: float = param(0.0, "an integer: warmup steps; a float in [0, 1): a ratio of the total steps", ge=0)
     beta: float = param(0.1, "DPO's beta: how far the policy may move from the reference (the start policy)", gt=0)
     loss_type: str = param("sigmoid", "TRL's DPO loss (sigmoid: the DPO paper's)")
+    sft_weight: float = param(0.0, "weight of an NLL term on the preferred side added to the DPO loss (TRL's `sft` "
+                                   "loss combined with loss_type; the RPO objective, arXiv 2404.19733): DPO alone "
+                                   "can lower both sides' likelihood, this keeps the preferred answer or call "
+                                   "likely (0: DPO alone)", ge=0)
     batch_size: int = param(2, "pairs per step and process (each pair is two sequences of ~700 tokens on the "
                                 "mix, their logits ~1 GB in float32)", ge=1)
     gradient_accumulation_steps: int = param(4, "steps accumulated per optimizer step (8 pairs per update)", ge=1)

@@ -47,6 +47,14 @@ from trainers.recipe import Fitted, RunInfo
 log = logging.getLogger(__name__)
 
 
+def losses(t) -> tuple[list[str], list[float]]:
+    """TRL's loss types and their weights: the DPO loss, and with ``sft_weight`` the NLL of the preferred side
+    beside it (TRL sums them with these weights)."""
+    if t.sft_weight:
+        return [t.loss_type, "sft"], [1.0, float(t.sft_weight)]
+    return [t.loss_type], [1.0]
+
+
 def first_turns(backend, tasks: list, build: DictConfig, max_new_tokens: int) -> dict[str, str]:
     """The policy's first turn on each task as the probe's prompt asks it (the build's feature mode and call
     format), greedy: a call or a direct answer."""
@@ -141,9 +149,10 @@ def fit(recipe: DictConfig, cfg: DictConfig, run: RunInfo) -> Fitted:
         raise ValueError(f"no train pair: {dict(left)} of {len(rows)} probe points left out")
 
     run, export_dir = shared_run(run, run.export_dir(recipe.output_dir), cfg, use_cpu=policy.use_cpu)
+    loss_types, loss_weights = losses(t)
     args = DPOConfig(
         **trainer_args(run, export_dir, t, policy),
-        beta=t.beta, loss_type=t.loss_type, max_length=t.max_length, truncation_mode="keep_end",
+        beta=t.beta, loss_type=loss_types, loss_weights=loss_weights, max_length=t.max_length, truncation_mode="keep_end",
         per_device_train_batch_size=t.batch_size, per_device_eval_batch_size=t.batch_size,
         gradient_accumulation_steps=t.gradient_accumulation_steps, logging_steps=t.logging_steps,
         precompute_ref_log_probs=t.precompute_ref_log_probs, eval_strategy="no")
@@ -157,7 +166,8 @@ def fit(recipe: DictConfig, cfg: DictConfig, run: RunInfo) -> Fitted:
         metrics |= {k: float(v) for k, v in ev.items() if isinstance(v, (int, float))}
     metrics |= {"pairs": {"train": len(train_rows), "val": len(val_rows)}, "composition": comp,
                 "left_out": dict(left), "points": build.out_dir}
-    body = (f"Knowledge-aware DPO (TRL `DPOTrainer`, β = {t.beta}, loss `{t.loss_type}`) on {len(pairs)} preference "
+    loss = " + ".join(f"{w:g} × `{k}`" for k, w in zip(loss_types, loss_weights))
+    body = (f"Knowledge-aware DPO (TRL `DPOTrainer`, β = {t.beta}, loss {loss}) on {len(pairs)} preference "
             f"pairs read off the policy's own probe points (`{build.out_dir}`): where its direct answer was right "
             f"the direct answer is preferred over a call, where it was wrong the call. Composition per category, "
             f"label and where each side came from (the policy's own rollout or the oracle):\n\n```json\n"
