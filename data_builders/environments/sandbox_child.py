@@ -110,13 +110,18 @@ def _sandbox_bootstrap(argv):
         del sys.modules[name]
 
     # Layer 5: import every built-in module now, so that a later import of one
-    # means someone removed it from sys.modules to get a pristine copy.
-    for name in sys.builtin_module_names:
-        if name not in sys.modules:
-            try:
-                __import__(name)
-            except Exception:
-                pass
+    # means someone removed it from sys.modules to get a pristine copy. Their
+    # import-time warnings are not the code's output: Debian's python3 builds
+    # deprecated modules in (spwd, crypt, ...), whose import warns on stderr.
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for name in sys.builtin_module_names:
+            if name not in sys.modules:
+                try:
+                    __import__(name)
+                except Exception:
+                    pass
 
     def denied_function(what):
         # PermissionError bound here: user code may rebind builtins.PermissionError.
