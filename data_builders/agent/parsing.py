@@ -148,16 +148,10 @@ def _as_call(value: Any, raw: str) -> ToolCall | None:
 # time on long outputs (benchmarks/parse_tool_call.py).
 _SPANS_BETWEEN = r"""(?:[^{]|\{[^}:]*\}|\{[^}'"]*\}|\{(?:[^}\\#'"]|['"](?!\s*['"]|name['"]))*\})"""
 _SPAN = r"""(\{[^}]*\})?"""
-
-
-def _skip_to_span() -> re.Pattern:
-    possessive = re.compile(_SPANS_BETWEEN + "*+" + _SPAN)
-    if possessive.match('{"a": 1} {"name": "f"}').group(1) == '{"name": "f"}':
-        return possessive
-    return re.compile("(?>" + _SPANS_BETWEEN + "*)" + _SPAN)
-
-
-_SKIP_TO_SPAN = _skip_to_span()
+_POSSESSIVE_SCAN = re.compile(_SPANS_BETWEEN + "*+" + _SPAN)
+_ATOMIC_SCAN = re.compile("(?>" + _SPANS_BETWEEN + "*)" + _SPAN)
+_SKIP_TO_SPAN = (_POSSESSIVE_SCAN if _POSSESSIVE_SCAN.match('{"a": 1} {"name": "f"}').group(1) == '{"name": "f"}'
+                 else _ATOMIC_SCAN)
 
 
 def _lazy_brace_spans(text: str):

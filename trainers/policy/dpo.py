@@ -152,7 +152,8 @@ def fit(recipe: DictConfig, cfg: DictConfig, run: RunInfo) -> Fitted:
     loss_types, loss_weights = losses(t)
     args = DPOConfig(
         **trainer_args(run, export_dir, t, policy),
-        beta=t.beta, loss_type=loss_types, loss_weights=loss_weights, max_length=t.max_length, truncation_mode="keep_end",
+        beta=t.beta, loss_type=loss_types, loss_weights=loss_weights, max_length=t.max_length,
+        truncation_mode="keep_end",
         per_device_train_batch_size=t.batch_size, per_device_eval_batch_size=t.batch_size,
         gradient_accumulation_steps=t.gradient_accumulation_steps, logging_steps=t.logging_steps,
         precompute_ref_log_probs=t.precompute_ref_log_probs, eval_strategy="no")

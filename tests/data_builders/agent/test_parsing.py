@@ -329,12 +329,10 @@ def test_the_pre_filters_and_the_span_scan_change_no_result(scan, monkeypatch):
     scan is the one an interpreter whose possessive repeats are broken (CPython < 3.11.5) runs: checked on every
     interpreter."""
     import random
-    import re
 
     from data_builders.agent import parsing
     if scan == "atomic":
-        monkeypatch.setattr(parsing, "_SKIP_TO_SPAN",
-                            re.compile("(?>" + parsing._SPANS_BETWEEN + "*)" + parsing._SPAN))
+        monkeypatch.setattr(parsing, "_SKIP_TO_SPAN", parsing._ATOMIC_SCAN)
 
     rng = random.Random(0)
     tokens = ["{", "}", ":", "'", '"', "name", "na", "me", " ", "\n", "#", "\\", "x", "1", ",", "True", "[", "]",
