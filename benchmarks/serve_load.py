@@ -21,8 +21,10 @@ API (``runtime.api``), MiniLM and all — their decision latency is then in the 
 Added latency per request = the client's wall time − the upstream time the endpoint measured for it
 (``toolwise.upstream_ms``; LiteLLM reports no such time, so its line has wall times only): parsing, keys, gates,
 JSON and the extra loopback hop. ``lost`` counts requests that got no HTTP response at all. Ends with
-one line per server: ``server=… requests=… errors=… lost=… rps=… p50_ms=… p99_ms=… upstream_calls=…``, the gated
-one also ``p50_added_ms=… p99_added_ms=… toolgate_ms=…``.
+one line per server: ``server=… requests=… errors=… lost=… rps=… p50_ms=… p99_ms=… upstream_calls=…``, then the CPU
+time per request of each process (``cpu_ms_endpoint=… cpu_ms_upstream=… cpu_ms_client=…``, LiteLLM's as
+``cpu_ms_litellm``) and ``cores_busy=…`` (the machine's cores busy over the run: near 1, the figures are set by CPU,
+not by waiting), the gated one also ``p50_added_ms=… p99_added_ms=… toolgate_ms=…``.
 """
 from __future__ import annotations
 
@@ -158,11 +160,34 @@ async def load(base: str, n: int, concurrency: int, headers: dict | None = None)
     return results, errors, lost
 
 
-def measure(base: str, args, headers: dict | None = None) -> tuple[list[dict], int, int, float]:
+def cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
+    """CPU time (user + system, all threads) each process of ``pids`` has used so far; psutil, which
+    ``benchmarks/serve_memory.py`` uses too, comes with the project's dependencies."""
+    import psutil
+
+    times = {name: psutil.Process(pid).cpu_times() for name, pid in pids.items()}
+    return {name: t.user + t.system for name, t in times.items()}
+
+
+_CPU_PER_REQUEST = {}      # the last measure()'s CPU per request by process, for report()
+
+
+def measure(base: str, args, headers: dict | None = None, pids: dict[str, int] | None = None
+            ) -> tuple[list[dict], int, int, float]:
+    """The load on ``base`` after a warm-up; ``pids``: the server-side processes whose CPU time per request
+    :func:`report` prints beside this client's (``cpu_ms_<name>=``) with how busy the machine's cores were
+    (``cores_busy=``: the load measured is CPU-bound when it nears 1)."""
     asyncio.run(load(base, 16, args.concurrency, headers))             # warm-up: connections, first gate calls
+    pids = {**(pids or {}), "client": os.getpid()}
+    before = cpu_seconds(pids)
     start = time.perf_counter()
     results, errors, lost = asyncio.run(load(base, args.requests, args.concurrency, headers))
-    return results, errors, lost, time.perf_counter() - start
+    elapsed = time.perf_counter() - start
+    used = {name: t - before[name] for name, t in cpu_seconds(pids).items()}
+    _CPU_PER_REQUEST.clear()
+    _CPU_PER_REQUEST.update({f"cpu_ms_{name}": 1000 * t / max(len(results), 1) for name, t in used.items()},
+                     cores_busy=sum(used.values()) / elapsed / (os.cpu_count() or 1))
+    return results, errors, lost, elapsed
 
 
 def report(server: str, args, results: list[dict], errors: int, lost: int, elapsed: float,
@@ -170,7 +195,8 @@ def report(server: str, args, results: list[dict], errors: int, lost: int, elaps
     walls = np.array([r["wall_ms"] for r in results]) if results else np.array([np.nan])
     line = (f"server={server} requests={args.requests} errors={errors} lost={lost} "
             f"rps={len(results) / elapsed:.1f} p50_ms={np.percentile(walls, 50):.2f} "
-            f"p99_ms={np.percentile(walls, 99):.2f} upstream_calls={sum(r['upstream_calls'] for r in results)}")
+            f"p99_ms={np.percentile(walls, 99):.2f} upstream_calls={sum(r['upstream_calls'] for r in results)}"
+            + "".join(f" {k}={v:.2f}" for k, v in _CPU_PER_REQUEST.items()))
     if upstream_ms is None:
         return line
     added = np.array([r["wall_ms"] - r["upstream_ms"] for r in results]) if results else np.array([np.nan])
@@ -181,7 +207,8 @@ def report(server: str, args, results: list[dict], errors: int, lost: int, elaps
             f"{TOOLGATE}_ms={med[TOOLGATE]:.3f} {GSTEP}_ms={med[GSTEP]:.3f} upstream_ms={upstream_ms:.2f}")
 
 
-def serve_and_measure(args, up_port: int, gates: str, capture_dir: str | None = None) -> tuple:
+def serve_and_measure(args, up_port: int, gates: str, capture_dir: str | None = None,
+                      upstream_pid: int | None = None) -> tuple:
     ctx = mp.get_context("spawn")
     port = free_port()
     endpoint = ctx.Process(target=run_endpoint, args=(port, up_port, gates, capture_dir), daemon=True)
@@ -189,7 +216,8 @@ def serve_and_measure(args, up_port: int, gates: str, capture_dir: str | None = 
     try:
         base = f"http://127.0.0.1:{port}"
         asyncio.run(wait_up(f"{base}/health"))
-        return measure(base, args)
+        pids = {"endpoint": endpoint.pid, **({"upstream": upstream_pid} if upstream_pid else {})}
+        return measure(base, args, pids=pids)
     finally:
         endpoint.terminate()
         endpoint.join(timeout=10)
@@ -216,7 +244,8 @@ def compare_capture(args) -> None:
                 asyncio.run(wait_up(f"http://127.0.0.1:{up_port}/v1/models"))
                 with tempfile.TemporaryDirectory() as root:
                     capture = root if setting == "on" and not args.null else None
-                    results, errors, lost, elapsed = serve_and_measure(args, up_port, args.gates, capture)
+                    results, errors, lost, elapsed = serve_and_measure(args, up_port, args.gates, capture,
+                                                                          upstream.pid)
                     stored = sum(1 for f in os.listdir(root) for _ in open(os.path.join(root, f)))
             finally:
                 upstream.terminate()
@@ -257,7 +286,7 @@ def under_reloads(args) -> None:
 
         thread = threading.Thread(target=reloader, daemon=True)
         thread.start()
-        results, errors, lost, elapsed = measure(base, args)
+        results, errors, lost, elapsed = measure(base, args, pids={"endpoint": endpoint.pid, "upstream": upstream.pid})
         stop.set()
         thread.join(timeout=120)
     finally:
@@ -310,7 +339,8 @@ def main() -> None:
             try:
                 base = f"http://127.0.0.1:{port}"
                 asyncio.run(wait_up(f"{base}/health"))
-                results, errors, lost, elapsed = measure(base, args)
+                results, errors, lost, elapsed = measure(base, args,
+                                                         pids={"endpoint": endpoint.pid, "upstream": upstream.pid})
             finally:
                 endpoint.terminate()
                 endpoint.join(timeout=10)
@@ -328,7 +358,8 @@ def main() -> None:
                 try:
                     base = f"http://127.0.0.1:{port}"
                     asyncio.run(wait_up(f"{base}/health/liveliness"))
-                    results, errors, lost, elapsed = measure(base, args, {"Authorization": f"Bearer {key}"})
+                    results, errors, lost, elapsed = measure(base, args, {"Authorization": f"Bearer {key}"},
+                                                             pids={"litellm": proc.pid, "upstream": upstream.pid})
                 finally:
                     proc.terminate()
                     proc.wait(timeout=20)
